@@ -1,0 +1,57 @@
+# Attention from Scratch: `make lab` opens the course, `make test` runs every test.
+# Both create .venv on first use and install the pinned versions in requirements.lock into it (nothing global).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+NB     ?=
+
+.PHONY: help install lab test unit notebooks learner check bench lock clean
+
+help:
+	@echo "make lab        open the course in JupyterLab"
+	@echo "make test       run every test: unit, notebooks (nbval), grader, browser"
+	@echo "make check NB=notebooks/02_masks.ipynb   check your exercises in one notebook"
+	@echo "make learner    regenerate the learner notebooks from notebooks/solutions/"
+	@echo "make notebooks  re-execute every notebook in place (after changing one), then make learner"
+	@echo "make bench      run the benchmarks in benchmarks/"
+
+$(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed, found " + sys.version.split()[0])'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+install: $(STAMP)
+
+lab: install
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+test: install
+	$(BIN)/python -m pytest
+
+unit: install
+	$(BIN)/python -m pytest -p no:nbval src tests
+
+check: install
+	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/02_masks.ipynb"; exit 2; }
+	$(BIN)/attnlab-check "$(NB)"
+
+notebooks: install
+	$(BIN)/python -m attnlab.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+	$(MAKE) learner
+
+learner: install
+	$(BIN)/python -m attnlab.authoring learner notebooks/solutions/*.ipynb
+
+bench: install
+	$(BIN)/python benchmarks/run.py
+
+# Refresh requirements.lock from what is installed in .venv (after deliberately changing a version).
+lock:
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^attnlab' > requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info

@@ -1,0 +1,55 @@
+"""attnlab: scaled dot-product attention from first principles, in numpy.
+
+Shape legend, used in every docstring, comment and einsum string of this package:
+
+    B    batch                          T    queries (rows of the scores)
+    H    query heads                    S    keys and values (columns of the scores)
+    Hkv  key/value heads                D    head width (d_k); Dv the value width when it differs
+    G    query heads per K/V head, G = H // Hkv
+
+    q        (..., H, T, D)        k, v     (..., Hkv, S, D)
+    scores   (..., H, T, S)  before the softmax
+    weights  (..., H, T, S)  after it; each row sums to 1, or is all zeros when fully masked
+
+Masks are boolean with True = may attend, broadcastable to (..., H, T, S). They become an additive -inf bias in exactly
+one place, :func:`attnlab.softmax`. A row with no allowed key gets zero weights and a zero output, never NaN.
+NaN in the inputs is not hidden: it propagates to the rows it touches.
+"""
+
+from .attention import attention, repeat_kv
+from .cost import (
+    GiB,
+    attention_flops,
+    causal_pairs,
+    crossover_length,
+    decode_step_cost,
+    format_bytes,
+    kv_cache_bytes,
+    matmul_flops,
+    projection_flops,
+    score_bytes,
+)
+from .heads import (
+    AttentionWeights,
+    KVCache,
+    decode,
+    decode_step,
+    init_weights,
+    merge_heads,
+    multi_head_attention,
+    project_qkv,
+    split_heads,
+)
+from .masks import causal_mask, combine_masks, document_mask, padding_mask, position_ids, sliding_window_mask
+from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
+from .softmax import softmax
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionWeights", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "causal_mask", "causal_pairs",
+    "combine_masks", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
+    "init_weights", "kv_cache_bytes", "matmul_flops", "merge_heads", "multi_head_attention", "online_softmax",
+    "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
+    "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention",
+]

@@ -1,0 +1,142 @@
+"""Scaled dot-product attention, batched, with grouped-query attention by reshape."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import broadcast_mask, compute_dtype, float_array, scale_value
+from .masks import causal_mask
+from .softmax import softmax
+
+
+def check_qkv(q, k, v):
+    """Validate ``q (..., H, T, D)``, ``k (..., Hkv, S, D)``, ``v (..., Hkv, S, Dv)``; return them as arrays.
+
+    Two-dimensional ``(T, D)`` / ``(S, D)`` inputs are accepted as a single head. Raises ``ValueError`` naming the
+    mismatch (``"k has D=32 but q has D=64"``, ``"H=6 is not a multiple of Hkv=4"``, ...).
+    """
+    q, k, v = float_array(q, "q", min_ndim=2), float_array(k, "k", min_ndim=2), float_array(v, "v", min_ndim=2)
+    if not q.ndim == k.ndim == v.ndim:
+        raise ValueError(f"q, k and v must have the same number of dimensions, got shapes {q.shape}, {k.shape}, {v.shape}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k has D={k.shape[-1]} but q has D={q.shape[-1]}")
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"v of shape {v.shape} must match k of shape {k.shape} in all but the last axis (S and Hkv)")
+    if q.ndim >= 3:
+        if q.shape[:-3] != k.shape[:-3]:
+            raise ValueError(f"batch shape of k {k.shape[:-3]} does not match batch shape of q {q.shape[:-3]}")
+        H, Hkv = q.shape[-3], k.shape[-3]
+        if H % Hkv:
+            raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
+    if q.shape[-2] == 0 or k.shape[-2] == 0 or q.shape[-1] == 0:
+        raise ValueError(f"T, S and D must be >= 1, got q {q.shape} and k {k.shape}")
+    return q, k, v
+
+
+def group_query_heads(x: np.ndarray, Hkv: int) -> np.ndarray:
+    """View ``(..., H, T, X)`` as ``(..., Hkv, G, T, X)``: query head ``h`` uses key/value head ``h // G``.
+
+    This is grouped-query attention without copying K and V: K and V get a size-1 group axis and broadcast.
+    """
+    H = x.shape[-3]
+    return x.reshape(*x.shape[:-3], Hkv, H // Hkv, *x.shape[-2:])  # (..., Hkv, G, T, X)
+
+
+def repeat_kv(x, H: int) -> np.ndarray:
+    """Copy each key/value head ``G = H // Hkv`` times along the head axis: ``(..., Hkv, S, D) -> (..., H, S, D)``.
+
+    The slow but obvious form of grouped-query attention, kept as a cross-check for the reshape. It must be
+    ``np.repeat`` (heads ``[K1, K1, K2, K2]``), not ``np.tile`` (``[K1, K2, K1, K2]``), which pairs query heads with the
+    wrong key/value heads.
+    """
+    x = float_array(x, "x", min_ndim=3)
+    Hkv = x.shape[-3]
+    if H % Hkv:
+        raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
+    return np.repeat(x, H // Hkv, axis=-3)
+
+
+def prepare_mask(mask, causal: bool, q_shape: tuple[int, ...], S: int) -> np.ndarray | None:
+    """Combine a user mask with the causal mask, checked against the full score shape ``(..., H, T, S)``."""
+    T = q_shape[-2]
+    score_shape = (*q_shape[:-1], S)
+    if mask is not None:
+        mask = broadcast_mask(mask, score_shape)
+    if causal:
+        c = causal_mask(T, S)
+        mask = c if mask is None else mask & c
+    return mask
+
+
+def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_weights: bool = False):
+    """Scaled dot-product attention: ``softmax(q kᵀ · scale, masked) v``.
+
+    Parameters
+    ----------
+    q : (..., H, T, D) ndarray
+        Queries. A 2-D ``(T, D)`` array is one head.
+    k : (..., Hkv, S, D) ndarray
+        Keys. ``Hkv`` must divide ``H``: ``Hkv == H`` is multi-head attention, ``1 < Hkv < H`` grouped-query
+        attention, ``Hkv == 1`` multi-query attention.
+    v : (..., Hkv, S, Dv) ndarray
+        Values.
+    mask : bool ndarray, optional
+        ``True`` = may attend, broadcastable to ``(..., H, T, S)``.
+    causal : bool
+        Also apply :func:`attnlab.causal_mask` (the queries are the last ``T`` of ``S`` positions).
+    scale : float, optional
+        Multiplier of the scores; default ``1 / sqrt(D)``.
+    return_weights : bool
+        Also return the ``(..., H, T, S)`` weights.
+
+    Returns
+    -------
+    out : (..., H, T, Dv) ndarray
+        In the dtype of the inputs (float16 is computed in float32). Rows whose keys are all masked are zeros.
+    weights : (..., H, T, S) ndarray
+        Only with ``return_weights=True``.
+
+    Notes
+    -----
+    ``out_i = sum_j softmax_j(q_i · k_j · scale) v_j``. Grouped-query attention is done by viewing the query heads as
+    ``(Hkv, G)`` so that each key/value head broadcasts over its ``G`` query heads; K and V are never copied.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(3, 2, 8, 4))
+    >>> attention(q[None], k[None], v[None], causal=True).shape
+    (1, 2, 8, 4)
+    """
+    q, k, v = check_qkv(q, k, v)
+    if q.ndim == 2:  # a single head: add the head axis and remove it again
+        if mask is not None:
+            broadcast_mask(mask, (q.shape[0], k.shape[0]))
+        result = attention(q[None], k[None], v[None], mask, causal=causal, scale=scale, return_weights=return_weights)
+        return (result[0][0], result[1][0]) if return_weights else result[0]
+    D, S, Hkv = q.shape[-1], k.shape[-2], k.shape[-3]
+    scale = scale_value(scale, D)
+    mask = prepare_mask(mask, causal, q.shape, S)
+    dtype = compute_dtype(q, k, v)
+
+    qg = group_query_heads(q.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, D)
+    kg = k.astype(dtype, copy=False)[..., :, None, :, :]  # (..., Hkv, 1, S, D)
+    vg = v.astype(dtype, copy=False)[..., :, None, :, :]  # (..., Hkv, 1, S, Dv)
+    scores = (qg * dtype.type(scale)) @ kg.swapaxes(-1, -2)  # (..., Hkv, G, T, S)
+    if mask is not None:
+        mask = group_mask(mask, q.ndim, q.shape[-3], Hkv)
+    weights = softmax(scores, mask)  # (..., Hkv, G, T, S)
+    out = weights @ vg  # (..., Hkv, G, T, Dv)
+
+    out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
+    if return_weights:
+        return out, weights.reshape(*q.shape[:-1], S).astype(q.dtype, copy=False)  # (..., H, T, S)
+    return out
+
+
+def group_mask(mask: np.ndarray, ndim: int, H: int, Hkv: int) -> np.ndarray:
+    """Reshape a mask broadcastable to ``(..., H, T, S)`` so that it broadcasts to ``(..., Hkv, G, T, S)``."""
+    mask = mask.reshape((1,) * (ndim - mask.ndim) + mask.shape)  # same rank as the scores
+    if mask.shape[-3] == H:
+        return mask.reshape(*mask.shape[:-3], Hkv, H // Hkv, *mask.shape[-2:])  # (..., Hkv, G, T, S)
+    return mask[..., None, :, :]  # (..., 1, 1, T, S)

@@ -1,0 +1,66 @@
+"""Checks for the notebooks' "Try it" exercises.
+
+A notebook's exercise cell defines a function; the check cell after it calls ``check("2.1", that_function)``. The check
+prints one fixed line, ``Exercise 2.1: passed`` or ``Exercise 2.1: not attempted yet`` (the learner's function still
+raises ``NotImplementedError``), and on a wrong answer raises :class:`ExerciseFailed` saying what was expected, what
+was got, and a hint. Any other exception comes from the learner's own code and is left to propagate.
+
+The checkers of notebook ``NN`` live in ``attnlab.exercises.nbNN`` and register themselves with :func:`exercise`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Callable
+
+_REGISTRY: dict[str, Callable] = {}
+
+
+class ExerciseFailed(AssertionError):
+    """A learner's answer is wrong; the message says what was expected, what was got, and a hint."""
+
+
+def exercise(exercise_id: str):
+    """Register the decorated function as the checker of ``exercise_id`` (e.g. ``"2.1"``)."""
+
+    def register(checker: Callable) -> Callable:
+        if exercise_id in _REGISTRY and _REGISTRY[exercise_id] is not checker:
+            raise ValueError(f"exercise {exercise_id} is registered twice")
+        _REGISTRY[exercise_id] = checker
+        return checker
+
+    return register
+
+
+def _load_all() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("nb"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def exercise_ids() -> list[str]:
+    """Every registered exercise id, in notebook order."""
+    _load_all()
+    return sorted(_REGISTRY, key=lambda e: tuple(int(p) for p in e.split(".")))
+
+
+def check(exercise_id: str, answer) -> None:
+    """Check a learner's answer to exercise ``exercise_id`` and print one fixed line, or raise ``ExerciseFailed``."""
+    _load_all()
+    if exercise_id not in _REGISTRY:
+        raise ValueError(f"unknown exercise {exercise_id!r}; expected one of {exercise_ids()}")
+    try:
+        _REGISTRY[exercise_id](answer)
+    except NotImplementedError:
+        print(f"Exercise {exercise_id}: not attempted yet")
+        return
+    print(f"Exercise {exercise_id}: passed")
+
+
+def fail(what: str, expected, got, hint: str = "") -> None:
+    """Raise :class:`ExerciseFailed` with the house format: what went wrong, expected vs. got, and a hint."""
+    message = f"{what}\n  expected: {expected}\n  got:      {got}"
+    if hint:
+        message += f"\n  hint: {hint}"
+    raise ExerciseFailed(message)

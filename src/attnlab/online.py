@@ -1,0 +1,171 @@
+"""The online softmax and a tiled, FlashAttention-style forward pass.
+
+The online softmax (Milakov and Gimelshein, 2018) reads the scores in blocks and keeps only a running maximum ``m``
+and a running sum ``l`` of ``exp(x - m)``. When a block raises the maximum, the old sum is rescaled by
+``exp(m_old - m_new)``. Tiled attention (Dao et al., 2022) applies the same idea to rows of ``q kᵀ``: it visits
+``Br x Bc`` tiles of scores, never the whole ``T x S`` matrix, so its memory grows linearly in ``S``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._checks import compute_dtype, float_array, positive_int, scale_value
+from .attention import check_qkv, group_mask, group_query_heads, prepare_mask
+
+
+def online_softmax_stats(x, block_size: int = 2):
+    """Stream ``x (..., S)`` in blocks along the last axis, keeping only the running max and sum.
+
+    Returns
+    -------
+    m : (..., 1) ndarray
+        The maximum of each row (``-inf`` for an empty or all ``-inf`` row).
+    l : (..., 1) ndarray
+        ``sum_j exp(x_j - m)`` of each row.
+    trace : list of (m, l)
+        The running values after each block, for plotting how they converge.
+    """
+    x = float_array(x, "x")
+    block_size = positive_int(block_size, "block_size")
+    dtype = compute_dtype(x)
+    m = np.full((*x.shape[:-1], 1), -np.inf, dtype=dtype)
+    l = np.zeros((*x.shape[:-1], 1), dtype=dtype)
+    trace = []
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size].astype(dtype)
+        m_new = np.maximum(m, block.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(block))
+        m_safe = np.where(np.isneginf(m_new), 0, m_new)  # all -inf so far: nothing to subtract
+        l = l * np.exp(m - m_safe) + np.exp(block - m_safe).sum(axis=-1, keepdims=True)  # rescale the old sum
+        m = m_new
+        trace.append((m.copy(), l.copy()))
+    return m, l, trace
+
+
+def online_softmax(x, block_size: int = 2) -> np.ndarray:
+    """Softmax of ``x (..., S)`` along the last axis, computed in one streaming pass of blocks plus one output pass.
+
+    Equal to :func:`attnlab.softmax` to float rounding; ``-inf`` entries act as masked, and an all ``-inf`` row gives
+    zeros.
+
+    Examples
+    --------
+    >>> online_softmax(np.array([1000.0, 999.0, 0.0]), block_size=2).round(4)
+    array([0.7311, 0.2689, 0.    ])
+    """
+    m, l, _ = online_softmax_stats(x, block_size)
+    x = np.asarray(x)
+    dead = l == 0
+    out = np.exp(x.astype(m.dtype) - np.where(dead, 0, m)) / np.where(dead, 1, l)
+    return out.astype(x.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class TiledStats:
+    """What a tiled pass did: tiles of scores computed and skipped, and the largest score tile held."""
+
+    tiles_total: int
+    tiles_computed: int
+    tiles_skipped: int
+    score_tile_elements: int
+
+
+def _key_blocks(i0: int, i1: int, S: int, T: int, Bc: int, causal: bool):
+    """Key blocks ``[j0, j1)`` that query rows ``[i0, i1)`` must visit; under a causal mask, none past the diagonal."""
+    last = S if not causal else S - T + i1  # the last query row (absolute position S - T + i1 - 1) sees keys < this
+    return [(j0, min(j0 + Bc, S)) for j0 in range(0, last, Bc)]
+
+
+def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br: int = 64, Bc: int = 64,
+                    return_stats: bool = False):
+    """Exact attention computed tile by tile with the online softmax, never holding more than a ``Br x Bc`` tile of
+    scores per head.
+
+    Parameters
+    ----------
+    q, k, v, mask, causal, scale
+        As in :func:`attnlab.attention` (``q (..., H, T, D)``, ``k, v (..., Hkv, S, D)``, mask broadcastable to
+        ``(..., H, T, S)``, ``True`` = may attend).
+    Br, Bc : int
+        Rows of queries and columns of keys per tile. Any sizes work, including ones that do not divide ``T`` or ``S``
+        and ones larger than them.
+    return_stats : bool
+        Also return a :class:`TiledStats` counting the tiles computed and skipped.
+
+    Returns
+    -------
+    out : (..., H, T, Dv) ndarray
+    stats : TiledStats
+        Only with ``return_stats=True``.
+
+    Notes
+    -----
+    For each block of query rows ``Q_i`` it keeps the running row maximum ``m``, the running sum ``l`` and the
+    unnormalised output ``acc``; for each key block ``K_j, V_j``::
+
+        S_ij  = Q_i K_jᵀ · scale                          (Br, Bc)
+        m_new = max(m, rowmax(S_ij))
+        P_ij  = exp(S_ij - m_new)
+        l     = exp(m - m_new) · l + rowsum(P_ij)
+        acc   = exp(m - m_new) · acc + P_ij V_j
+        m     = m_new
+
+    and finally ``out_i = acc / l``. Under a causal mask the tiles entirely above the diagonal are skipped; with any
+    mask, a tile that is fully masked for every row is skipped too. Rows with no allowed key give zeros.
+    """
+    q, k, v = check_qkv(q, k, v)
+    if q.ndim == 2:
+        res = tiled_attention(q[None], k[None], v[None], mask, causal=causal, scale=scale, Br=Br, Bc=Bc,
+                              return_stats=return_stats)
+        return (res[0][0], res[1]) if return_stats else res[0]
+    Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
+    T, D, S, Hkv, H = q.shape[-2], q.shape[-1], k.shape[-2], k.shape[-3], q.shape[-3]
+    scale = scale_value(scale, D)
+    # the causal part is handled by index arithmetic per tile, so only a user mask is kept (no T x S array is built)
+    mask = prepare_mask(mask, False, q.shape, S)
+    if causal and T > S:
+        raise ValueError(f"T={T} queries cannot be the last T positions of S={S} keys; expected T <= S")
+    dtype = compute_dtype(q, k, v)
+
+    qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
+    kg = k[..., :, None, :, :]  # (..., Hkv, 1, S, D)
+    vg = v[..., :, None, :, :]  # (..., Hkv, 1, S, Dv)
+    gmask = None if mask is None else group_mask(mask, q.ndim, H, Hkv)  # broadcasts to (..., Hkv, G, T, S)
+    out = np.empty((*qg.shape[:-1], v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
+    computed = 0
+
+    for i0 in range(0, T, Br):
+        i1 = min(i0 + Br, T)
+        Q_i = qg[..., i0:i1, :].astype(dtype) * dtype.type(scale)  # (..., Hkv, G, Br, D)
+        m = np.full((*Q_i.shape[:-1], 1), -np.inf, dtype=dtype)  # running row max
+        l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
+        acc = np.zeros((*Q_i.shape[:-1], v.shape[-1]), dtype=dtype)  # unnormalised output
+        blocks = _key_blocks(i0, i1, S, T, Bc, causal)
+        for j0, j1 in blocks:
+            allowed = None if gmask is None else gmask[..., i0:i1, j0:j1]
+            if causal and j1 - 1 > S - T + i0:  # this tile straddles the diagonal
+                rows = np.arange(S - T + i0, S - T + i1)[:, None]
+                diag = np.arange(j0, j1)[None, :] <= rows  # (Br, Bc)
+                allowed = diag if allowed is None else allowed & diag
+            if allowed is not None and not allowed.any():  # nothing in this tile may be attended
+                continue
+            computed += 1
+            S_ij = Q_i @ kg[..., j0:j1, :].astype(dtype).swapaxes(-1, -2)  # (..., Hkv, G, Br, Bc)
+            if allowed is not None:
+                S_ij = np.where(allowed, S_ij, -np.inf)
+            m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
+            m_safe = np.where(np.isneginf(m_new), 0, m_new)  # rows with nothing allowed yet stay at zero
+            P_ij = np.exp(S_ij - m_safe)  # (..., Hkv, G, Br, Bc)
+            alpha = np.exp(m - m_safe)  # rescales what was accumulated under the old max
+            l = alpha * l + P_ij.sum(axis=-1, keepdims=True)  # l = e^(m - m_new) l + rowsum(P_ij)
+            acc = alpha * acc + P_ij @ vg[..., j0:j1, :].astype(dtype)  # acc = e^(m - m_new) acc + P_ij V_j
+            m = m_new
+        out[..., i0:i1, :] = acc / np.where(l == 0, 1, l)  # fully masked rows: 0 / 1 = 0
+
+    out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
+    if not return_stats:
+        return out
+    n_tiles = -(-T // Br) * -(-S // Bc)
+    return out, TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))

@@ -1,0 +1,86 @@
+"""Figures the notebooks share: heatmaps of weights and masks, and growth on log-log axes.
+
+matplotlib is imported inside the functions so that ``import attnlab`` stays numpy-only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _axes(ax, figsize):
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def heatmap(matrix, *, ax=None, title: str = "", xlabel: str = "key position j", ylabel: str = "query position i",
+            annotate: bool | None = None, vmin: float | None = 0.0, vmax: float | None = 1.0, cmap: str = "Blues",
+            xticklabels=None, yticklabels=None, colorbar: bool = True, fmt: str = "{:.2f}"):
+    """Draw a ``(T, S)`` matrix (attention weights by default) as a heatmap; returns the axes.
+
+    Cells are annotated with their values when the matrix is small (at most 12 x 12) unless ``annotate`` says otherwise.
+    """
+    m = np.asarray(matrix, dtype=float)
+    if m.ndim != 2:
+        raise ValueError(f"heatmap needs a 2-D matrix, got shape {m.shape}")
+    ax = _axes(ax, (0.45 * m.shape[1] + 2.2, 0.4 * m.shape[0] + 1.6))
+    im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    for labels, setter, n in ((xticklabels, ax.set_xticks, m.shape[1]), (yticklabels, ax.set_yticks, m.shape[0])):
+        if labels is not None:
+            setter(range(n), labels)
+        elif n <= 16:
+            setter(range(n))
+    if annotate is None:
+        annotate = max(m.shape) <= 12
+    if annotate:
+        lo, hi = (np.nanmin(m), np.nanmax(m)) if vmin is None or vmax is None else (vmin, vmax)
+        for (i, j), value in np.ndenumerate(m):
+            dark = hi > lo and (value - lo) / (hi - lo) > 0.6
+            ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, shrink=0.8)
+    return ax
+
+
+def mask_heatmap(mask, *, ax=None, title: str = "", xlabel: str = "key position j", ylabel: str = "query position i",
+                 **kwargs):
+    """Draw a boolean ``(T, S)`` mask: dark = may attend (True), light = masked (False)."""
+    m = np.asarray(mask)
+    if m.dtype != bool or m.ndim != 2:
+        raise ValueError(f"mask_heatmap needs a 2-D boolean mask, got {m.dtype} of shape {m.shape}")
+    kwargs.setdefault("annotate", False)
+    return heatmap(m.astype(float), ax=ax, title=title, xlabel=xlabel, ylabel=ylabel, cmap="Greens", colorbar=False,
+                   **kwargs)
+
+
+def loglog(x, series: dict, *, ax=None, title: str = "", xlabel: str = "", ylabel: str = "", fit: bool = True,
+           marker: str = "o"):
+    """Plot each ``name -> y`` series against ``x`` on log-log axes; with ``fit``, add the fitted slope to the legend.
+
+    Returns ``(ax, slopes)`` where ``slopes[name]`` is the least-squares slope of ``log y`` against ``log x``: 2 means
+    quadratic growth, 1 linear.
+    """
+    x = np.asarray(x, dtype=float)
+    ax = _axes(ax, (6, 4))
+    slopes = {}
+    for name, y in series.items():
+        y = np.asarray(y, dtype=float)
+        if y.shape != x.shape:
+            raise ValueError(f"series {name!r} has shape {y.shape} but x has shape {x.shape}")
+        label = name
+        if fit and len(x) >= 2:
+            slopes[name] = float(np.polyfit(np.log(x), np.log(y), 1)[0])
+            label = f"{name} (slope {slopes[name]:.2f})"
+        ax.loglog(x, y, marker=marker, label=label)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return ax, slopes

@@ -1,0 +1,56 @@
+"""The numerically stable, mask-aware softmax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import broadcast_mask, compute_dtype, float_array
+
+
+def softmax(scores, mask=None, *, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis`` with the row maximum subtracted, masked entries at exactly 0.
+
+    Parameters
+    ----------
+    scores : (..., S) ndarray
+        Real-valued scores (logits), any floating dtype.
+    mask : (..., S) bool ndarray, optional
+        ``True`` = may attend; broadcastable to ``scores``. Masked entries get weight exactly 0.
+    axis : int
+        The axis to normalise over (default: the last).
+
+    Returns
+    -------
+    weights : ndarray, same shape and dtype as ``scores``
+        Each row sums to 1, or is all zeros when every entry of the row is masked.
+
+    Notes
+    -----
+    ``softmax(x)_j = exp(x_j - m) / sum_i exp(x_i - m)`` with ``m = max_i x_i`` over the unmasked entries. Subtracting
+    ``m`` changes nothing mathematically and keeps every ``exp`` in ``(0, 1]``, so nothing overflows. A fully masked
+    row has no maximum; this library defines its weights as zeros (never NaN, never a warning). float16 input is
+    computed in float32 and returned as float16. NaN in ``scores`` propagates to its row: it is not hidden.
+
+    Examples
+    --------
+    >>> softmax(np.array([1000.0, 999.0, 0.0])).round(4)
+    array([0.7311, 0.2689, 0.    ])
+    >>> softmax(np.array([1.0, 2.0]), mask=np.array([False, False]))
+    array([0., 0.])
+    """
+    scores = float_array(scores, "scores")
+    if not -scores.ndim <= axis < scores.ndim:
+        raise ValueError(f"axis must be in [-{scores.ndim}, {scores.ndim}) for scores of shape {scores.shape}, got {axis}")
+    x = scores.astype(compute_dtype(scores), copy=True)
+    if mask is not None:
+        mask = broadcast_mask(mask, scores.shape)
+        x[~np.broadcast_to(mask, x.shape)] = -np.inf
+    m = np.max(x, axis=axis, keepdims=True)
+    dead = np.isneginf(m)  # fully masked rows: there is no maximum
+    m[dead] = 0.0
+    x -= m
+    np.exp(x, out=x)  # exp(-inf) = 0 exactly: masked entries vanish here
+    total = np.sum(x, axis=axis, keepdims=True)
+    total[dead] = 1.0  # 0 / 1 = 0 for fully masked rows instead of 0 / 0
+    x /= total
+    return x.astype(scores.dtype, copy=False)

@@ -1,0 +1,131 @@
+"""Interactive explorers for the notebooks, built on ``ipywidgets.interactive``.
+
+An explorer calls ``draw(**values)`` whenever a control changes and shows what it returns (a matplotlib figure, or
+anything else IPython can display). It degrades gracefully: the displayed bundle also carries a static picture of the
+default state, so a viewer without a widget frontend (GitHub, nbviewer, a plain ``nbconvert``) shows that picture, and
+without ipywidgets installed the explorer shows only the picture, with a note, and no error.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import io
+
+CSS_CLASS = "attnlab-explorer"
+
+
+def _figure_png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _is_figure(obj) -> bool:
+    return type(obj).__name__ == "Figure" and hasattr(obj, "savefig")
+
+
+def _static_bundle(result) -> dict:
+    """A mimebundle of ``result`` without widgets: PNG for a figure, else the object's own reprs."""
+    if _is_figure(result):
+        import matplotlib.pyplot as plt
+
+        png = _figure_png(result)
+        plt.close(result)
+        return {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": "<attnlab explorer: static view>"}
+    from IPython.core.formatters import format_display_data
+
+    data, _ = format_display_data(result)
+    return data
+
+
+class Explorer:
+    """The object :func:`explorer` returns; display it (last line of a cell) to show it.
+
+    ``widget`` is the ``ipywidgets.interactive`` (``None`` without ipywidgets); ``update(**values)`` sets controls the
+    way a learner would, which is how the tests drive it.
+    """
+
+    def __init__(self, draw, controls: dict):
+        self.draw = draw
+        self.defaults = {}
+        try:
+            import ipywidgets
+        except ImportError:
+            ipywidgets = None
+        signature = inspect.signature(draw).parameters
+        start = {name: signature[name].default if name in signature else inspect.Parameter.empty for name in controls}
+        if ipywidgets is None:
+            self.widget = None
+            self.defaults = {name: _default_value(c, start[name]) for name, c in controls.items()}
+            return
+        # a control starts at the default of the matching argument of `draw`, when it has one
+        made = {name: ipywidgets.interactive.widget_from_abbrev(c, start[name]) for name, c in controls.items()}
+        self.widget = ipywidgets.interactive(self._show, **made)
+        self.widget.add_class(CSS_CLASS)
+        self.defaults = dict(self.widget.kwargs)
+
+    def _show(self, **values):
+        from IPython.display import display
+
+        result = self.draw(**values)
+        display(result)
+        if _is_figure(result):
+            import matplotlib.pyplot as plt
+
+            plt.close(result)  # shown once, inside the explorer; not again at the end of the cell
+
+    def update(self, **values) -> None:
+        """Set controls by name, as a learner moving a slider would."""
+        if self.widget is None:
+            raise RuntimeError("ipywidgets is not installed; this explorer is static")
+        controls = {w._kwarg: w for w in self.widget.kwargs_widgets}
+        for name, value in values.items():
+            if name not in controls:
+                raise ValueError(f"no control named {name!r}; expected one of {sorted(controls)}")
+            controls[name].value = value
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        static = _static_bundle(self.draw(**self.defaults))
+        if self.widget is None:
+            static["text/plain"] = "(static view: install ipywidgets to make this explorer interactive)"
+            return static
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        # a frontend with widget support shows the widget; any other shows the static picture instead of plain text
+        for mime, value in static.items():
+            if mime != "text/plain":
+                bundle.setdefault(mime, value)
+        return bundle
+
+
+def _default_value(control, start):
+    """The value a control abbreviation starts at, as ``ipywidgets.interactive`` would choose it."""
+    if start is not inspect.Parameter.empty:
+        return start
+    if hasattr(control, "value"):
+        return control.value
+    if isinstance(control, tuple) and len(control) >= 2 and all(isinstance(c, (int, float)) for c in control):
+        lo, hi = control[0], control[1]
+        return type(lo)((lo + hi) / 2) if isinstance(lo, float) else (lo + hi) // 2
+    if isinstance(control, (list, tuple)) and control:
+        first = control[0]
+        return first[1] if isinstance(first, tuple) and len(first) == 2 else first
+    return control
+
+
+def explorer(draw, /, **controls) -> Explorer:
+    """Make an explorer: ``draw(**values)`` is called with the value of every control.
+
+    Controls are ``ipywidgets`` widgets or the abbreviations ``ipywidgets.interact`` understands: ``(min, max, step)``
+    for a slider, a list for a dropdown, a bool for a checkbox. A control starts at the default value of the matching
+    argument of ``draw``.
+
+    Examples
+    --------
+    >>> def draw(temperature=1.0):  # doctest: +SKIP
+    ...     fig, ax = plt.subplots(); ax.bar(range(3), softmax(np.array([1.0, 2.0, 3.0]) / temperature)); return fig
+    >>> explorer(draw, temperature=(0.1, 5.0, 0.1))  # doctest: +SKIP
+    """
+    if not callable(draw):
+        raise ValueError(f"draw must be a function of the control values, got {type(draw).__name__}")
+    return Explorer(draw, controls)
