@@ -30,10 +30,10 @@ lab: install
 	$(BIN)/jupyter lab --notebook-dir=notebooks
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadscope
 
 unit: install
-	$(BIN)/python -m pytest -p no:nbval src tests
+	$(BIN)/python -m pytest -n auto --dist loadscope src tests
 
 check: install
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/02_masks.ipynb"; exit 2; }
