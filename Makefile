@@ -27,7 +27,7 @@ $(STAMP): requirements.lock pyproject.toml
 install: $(STAMP)
 
 lab: install
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: install
 	$(BIN)/python -m pytest -n auto --dist loadscope

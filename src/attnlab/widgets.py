@@ -61,6 +61,9 @@ class Explorer:
             return
         # a control starts at the default of the matching argument of `draw`, when it has one
         made = {name: ipywidgets.interactive.widget_from_abbrev(c, start[name]) for name, c in controls.items()}
+        for control in made.values():
+            if hasattr(control, "style") and hasattr(control.style, "description_width"):
+                control.style.description_width = "initial"  # show whole labels, not "temperat..."
         self.widget = ipywidgets.interactive(self._show, **made)
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)

@@ -1,0 +1,143 @@
+"""The course in a real browser: every notebook run in JupyterLab, driven by Playwright in headless Chromium.
+
+nbval proves the kernel side; these tests check what a learner sees: "Run all" finishes without error outputs, no widget
+shows "Error displaying widget", every explorer renders, and moving one control of each explorer changes what it shows.
+Screenshots go to ``artifacts/screenshots/`` (git ignores it) and the update times to ``artifacts/explorer_timings.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from .conftest import ARTIFACTS, CHROMIUM, NOTEBOOKS, ROOT
+
+if not CHROMIUM.exists():
+    pytest.skip(f"browser tests skipped: no Chromium at {CHROMIUM} (install it: apt-get install chromium)",
+                allow_module_level=True)
+
+RUN_TIMEOUT_MS = 120_000
+UPDATE_TIMEOUT_MS = 20_000
+
+pytestmark = pytest.mark.browser
+
+_STATE_JS = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  if (!panel || !panel.content || !panel.sessionContext || !panel.sessionContext.session) return null;
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  return {
+    kernel: panel.sessionContext.session.kernel ? panel.sessionContext.session.kernel.status : 'none',
+    pending: cells.filter(c => c.model.sharedModel.getSource().trim() && c.model.executionCount === null).length,
+    busy: cells.filter(c => c.promptNode && c.promptNode.textContent.includes('*')).length,
+    errors: cells.flatMap((c, i) => c.model.outputs.toJSON()
+        .filter(o => o.output_type === 'error').map(o => `cell ${i}: ${o.ename}: ${o.evalue}`)),
+    widgetOutputs: cells.filter(c => c.model.outputs.toJSON()
+        .some(o => o.data && o.data['application/vnd.jupyter.widget-view+json'])).length,
+  };
+}"""
+
+
+def _open_and_run(page, base_url: str, relpath: str) -> dict:
+    page.goto(f"{base_url}/lab/tree/{relpath}", wait_until="domcontentloaded")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel "
+                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+                           timeout=RUN_TIMEOUT_MS)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_timeout(500)  # let the first cell start
+    page.wait_for_function(f"() => {{ const s = ({_STATE_JS})(); "
+                           "return s && s.kernel === 'idle' && s.pending === 0 && s.busy === 0; }",
+                           timeout=RUN_TIMEOUT_MS, polling=250)
+    page.wait_for_timeout(500)  # let the last outputs render
+    return page.evaluate(f"({_STATE_JS})()")
+
+
+def _full_screenshot(page, path) -> None:
+    """The whole notebook, not just the viewport: grow the window to the notebook's height for one screenshot."""
+    height = page.evaluate("() => { const n = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer'); "
+                           "if (!n) return 0; n.scrollTop = 0; return n.scrollHeight; }")
+    original = page.viewport_size
+    page.set_viewport_size({"width": original["width"], "height": min(max(height + 200, original["height"]), 30_000)})
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(path))
+    page.set_viewport_size(original)
+
+
+def _explorer_view(explorer) -> str:
+    """What an explorer currently shows: its images' sources and its output text."""
+    return explorer.evaluate("""e => {
+      const out = e.querySelector('.widget-output') || e;
+      return Array.from(out.querySelectorAll('img')).map(i => i.src.slice(-200)).join('|') + '#' + out.innerText;
+    }""")
+
+
+def _drive(page, explorer) -> str:
+    """Move one control the way a learner would; return what was done."""
+    slider = explorer.locator(".noUi-handle").first
+    if slider.count():
+        box = slider.bounding_box()
+        track = explorer.locator(".noUi-target").first.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        target_x = track["x"] + track["width"] * (0.85 if box["x"] < track["x"] + track["width"] / 2 else 0.15)
+        page.mouse.move(target_x, box["y"] + box["height"] / 2, steps=8)
+        page.mouse.up()
+        label = explorer.locator(".widget-slider .widget-label").first
+        return f"dragged slider {label.inner_text() if label.count() else ''}".strip()
+    select = explorer.locator("select").first
+    if select.count():
+        options = select.locator("option").all_inner_texts()
+        current = select.input_value()
+        choice = next(o for o in options if o != current)
+        select.select_option(label=choice)
+        return f"picked {choice!r}"
+    checkbox = explorer.locator("input[type=checkbox]").first
+    if checkbox.count():
+        checkbox.click()
+        return "toggled checkbox"
+    raise AssertionError("explorer has no slider, dropdown or checkbox to drive")
+
+
+@pytest.mark.parametrize("relpath", NOTEBOOKS)
+def test_notebook_runs_in_jupyterlab(relpath, lab, page, timings):
+    state = _open_and_run(page, lab, relpath)
+    shots = ARTIFACTS / "screenshots"
+    stem = relpath.replace("/", "__").removesuffix(".ipynb")
+    _full_screenshot(page, shots / f"{stem}.png")
+
+    assert state["errors"] == [], f"{relpath}: error outputs after Run all: {state['errors']}"
+    text = page.locator(".jp-NotebookPanel").inner_text()
+    assert "Error displaying widget" not in text, f"{relpath}: a widget failed to render"
+    assert "Model not found" not in text
+
+    source = (ROOT / "notebooks" / relpath).read_text()
+    expected = len(re.findall(r"explorer\(", json.dumps([c for c in json.loads(source)["cells"]
+                                                         if c["cell_type"] == "code" and not c["source"] == []])))
+    explorers = page.locator(".jp-NotebookPanel .attnlab-explorer")
+    assert state["widgetOutputs"] >= explorers.count() > 0 or expected == 0
+    assert explorers.count() >= min(expected, 1), f"{relpath}: expected an explorer to render, found none"
+
+    for n in range(explorers.count()):
+        explorer = explorers.nth(n)
+        explorer.scroll_into_view_if_needed()
+        page.wait_for_function("e => e.querySelector('.widget-output img') || "
+                               "(e.querySelector('.widget-output') && e.querySelector('.widget-output').innerText.trim())",
+                               arg=explorer.element_handle(), timeout=UPDATE_TIMEOUT_MS)
+        explorer.screenshot(path=str(shots / f"{stem}__explorer{n}_before.png"))
+        before = _explorer_view(explorer)
+        start = time.perf_counter()
+        action = _drive(page, explorer)
+        page.wait_for_function("([e, before]) => { const out = e.querySelector('.widget-output') || e;"
+                               " const now = Array.from(out.querySelectorAll('img')).map(i => i.src.slice(-200)).join('|')"
+                               " + '#' + out.innerText; return now !== before && !now.startsWith('#'); }",
+                               arg=[explorer.element_handle(), before], timeout=UPDATE_TIMEOUT_MS, polling=20)
+        elapsed = time.perf_counter() - start
+        page.wait_for_timeout(200)
+        explorer.screenshot(path=str(shots / f"{stem}__explorer{n}_after.png"))
+        assert _explorer_view(explorer) != before, f"{relpath}: explorer {n} did not change after: {action}"
+        timings[f"{relpath} explorer {n}"] = {"action": action, "update_seconds": round(elapsed, 3)}
