@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import broadcast_mask, compute_dtype, float_array, scale_value
+from ._checks import broadcast_mask, compute_dtype, float_array, positive_int, scale_value
 from .masks import causal_mask
-from .softmax import softmax
+from ._parallel import run_blocks
+from .softmax import softmax_inplace
+
+
+# Scores per block of query rows: 2^17 float32 = 512 KiB, about what a core's L2 cache holds.
+ROW_BLOCK_ELEMENTS = 1 << 17
 
 
 def check_qkv(q, k, v):
@@ -50,7 +55,7 @@ def repeat_kv(x, H: int) -> np.ndarray:
     wrong key/value heads.
     """
     x = float_array(x, "x", min_ndim=3)
-    Hkv = x.shape[-3]
+    H, Hkv = positive_int(H, "H"), x.shape[-3]
     if H % Hkv:
         raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
     return np.repeat(x, H // Hkv, axis=-3)
@@ -119,14 +124,23 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
     mask = prepare_mask(mask, causal, q.shape, S)
     dtype = compute_dtype(q, k, v)
 
-    qg = group_query_heads(q.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, D)
-    kg = k.astype(dtype, copy=False)[..., :, None, :, :]  # (..., Hkv, 1, S, D)
-    vg = v.astype(dtype, copy=False)[..., :, None, :, :]  # (..., Hkv, 1, S, Dv)
-    scores = (qg * dtype.type(scale)) @ kg.swapaxes(-1, -2)  # (..., Hkv, G, T, S)
-    if mask is not None:
-        mask = group_mask(mask, q.ndim, q.shape[-3], Hkv)
-    weights = softmax(scores, mask)  # (..., Hkv, G, T, S)
-    out = weights @ vg  # (..., Hkv, G, T, Dv)
+    qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
+    lead, (G, T) = qg.shape[:-3], qg.shape[-3:-1]  # lead = (..., Hkv)
+    gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, q.shape[-3], Hkv), (*lead, G, T, S))
+    weights = np.empty((*lead, G, T, S), dtype=dtype)  # the whole (T, S) matrix of every head, materialised
+    out = np.empty((*lead, G, T, v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
+
+    def rows(idx, r0, r1):
+        """Queries r0:r1 of one key/value head: the scores are finished while they are still in cache."""
+        q_r = qg[idx][:, r0:r1].astype(dtype) * dtype.type(scale)  # (G, r, D)
+        w = weights[idx][:, r0:r1]  # (G, r, S), a view into the full matrix
+        np.matmul(q_r, k[idx].astype(dtype, copy=False).T, out=w)  # scores (G, r, S)
+        softmax_inplace(w, None if gmask is None else gmask[idx][:, r0:r1])  # scores -> weights
+        np.matmul(w, v[idx].astype(dtype, copy=False), out=out[idx][:, r0:r1])  # (G, r, Dv)
+
+    step = max(1, ROW_BLOCK_ELEMENTS // (G * S))  # rows per block, so a block of scores stays in cache
+    blocks = [(idx, r0, min(r0 + step, T)) for idx in np.ndindex(*lead) for r0 in range(0, T, step)]
+    run_blocks(rows, blocks, weights.size)
 
     out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
     if return_weights:

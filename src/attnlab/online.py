@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import compute_dtype, float_array, positive_int, scale_value
+from ._parallel import run_blocks
 from .attention import check_qkv, group_mask, group_query_heads, prepare_mask
+from .softmax import mask_inplace
 
 
 def online_softmax_stats(x, block_size: int = 2):
@@ -130,42 +132,47 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     dtype = compute_dtype(q, k, v)
 
     qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
-    kg = k[..., :, None, :, :]  # (..., Hkv, 1, S, D)
-    vg = v[..., :, None, :, :]  # (..., Hkv, 1, S, Dv)
-    gmask = None if mask is None else group_mask(mask, q.ndim, H, Hkv)  # broadcasts to (..., Hkv, G, T, S)
-    out = np.empty((*qg.shape[:-1], v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
-    computed = 0
+    lead, G = qg.shape[:-3], qg.shape[-3]  # lead = (..., Hkv)
+    gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, H, Hkv), (*lead, G, T, S))
+    out = np.empty((*lead, G, T, v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
 
-    for i0 in range(0, T, Br):
-        i1 = min(i0 + Br, T)
-        Q_i = qg[..., i0:i1, :].astype(dtype) * dtype.type(scale)  # (..., Hkv, G, Br, D)
-        m = np.full((*Q_i.shape[:-1], 1), -np.inf, dtype=dtype)  # running row max
+    def row_block(idx, i0, i1):
+        """Rows i0:i1 of the output of one key/value head (and its G query heads); returns the tiles it computed."""
+        Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
+        K, V = k[idx], v[idx]  # (S, D), (S, Dv)
+        m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
         l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
-        acc = np.zeros((*Q_i.shape[:-1], v.shape[-1]), dtype=dtype)  # unnormalised output
-        blocks = _key_blocks(i0, i1, S, T, Bc, causal)
-        for j0, j1 in blocks:
-            allowed = None if gmask is None else gmask[..., i0:i1, j0:j1]
+        acc = np.zeros((G, i1 - i0, v.shape[-1]), dtype=dtype)  # unnormalised output
+        computed = []
+        for j0, j1 in _key_blocks(i0, i1, S, T, Bc, causal):
+            allowed = None if gmask is None else gmask[idx][:, i0:i1, j0:j1]  # (G, Br, Bc)
             if causal and j1 - 1 > S - T + i0:  # this tile straddles the diagonal
-                rows = np.arange(S - T + i0, S - T + i1)[:, None]
-                diag = np.arange(j0, j1)[None, :] <= rows  # (Br, Bc)
+                diag = np.arange(j0, j1) <= np.arange(S - T + i0, S - T + i1)[:, None]  # (Br, Bc)
                 allowed = diag if allowed is None else allowed & diag
             if allowed is not None and not allowed.any():  # nothing in this tile may be attended
                 continue
-            computed += 1
-            S_ij = Q_i @ kg[..., j0:j1, :].astype(dtype).swapaxes(-1, -2)  # (..., Hkv, G, Br, Bc)
-            if allowed is not None:
-                S_ij = np.where(allowed, S_ij, -np.inf)
+            computed.append((i0, j0))
+            S_ij = Q_i @ K[j0:j1].astype(dtype, copy=False).T  # (G, Br, Bc)
+            mask_inplace(S_ij, allowed)
             m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
             m_safe = np.where(np.isneginf(m_new), 0, m_new)  # rows with nothing allowed yet stay at zero
-            P_ij = np.exp(S_ij - m_safe)  # (..., Hkv, G, Br, Bc)
+            S_ij -= m_safe
+            P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - m_new), in place
             alpha = np.exp(m - m_safe)  # rescales what was accumulated under the old max
-            l = alpha * l + P_ij.sum(axis=-1, keepdims=True)  # l = e^(m - m_new) l + rowsum(P_ij)
-            acc = alpha * acc + P_ij @ vg[..., j0:j1, :].astype(dtype)  # acc = e^(m - m_new) acc + P_ij V_j
+            l *= alpha
+            l += P_ij.sum(axis=-1, keepdims=True)  # l = e^(m - m_new) l + rowsum(P_ij)
+            acc *= alpha
+            acc += P_ij @ V[j0:j1].astype(dtype, copy=False)  # acc = e^(m - m_new) acc + P_ij V_j
             m = m_new
-        out[..., i0:i1, :] = acc / np.where(l == 0, 1, l)  # fully masked rows: 0 / 1 = 0
+        l[l == 0] = 1  # rows with no allowed key: 0 / 1 = 0
+        out[idx][:, i0:i1] = acc / l  # out_i = acc / l
+        return computed
+
+    blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
+    computed = set().union(*run_blocks(row_block, blocks, q.size // D * S))  # tiles of the (T, S) grid
 
     out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
     if not return_stats:
         return out
     n_tiles = -(-T // Br) * -(-S // Bc)
-    return out, TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))
+    return out, TiledStats(n_tiles, len(computed), n_tiles - len(computed), min(Br, T) * min(Bc, S))

@@ -41,16 +41,31 @@ def softmax(scores, mask=None, *, axis: int = -1) -> np.ndarray:
     scores = float_array(scores, "scores")
     if not -scores.ndim <= axis < scores.ndim:
         raise ValueError(f"axis must be in [-{scores.ndim}, {scores.ndim}) for scores of shape {scores.shape}, got {axis}")
-    x = scores.astype(compute_dtype(scores), copy=True)
+    x = np.moveaxis(scores.astype(compute_dtype(scores), copy=True), axis, -1)  # a copy, normalised in place
     if mask is not None:
-        mask = broadcast_mask(mask, scores.shape)
-        x[~np.broadcast_to(mask, x.shape)] = -np.inf
-    m = np.max(x, axis=axis, keepdims=True)
+        mask = np.moveaxis(np.broadcast_to(broadcast_mask(mask, scores.shape), scores.shape), axis, -1)
+    softmax_inplace(x, mask)
+    return np.moveaxis(x, -1, axis).astype(scores.dtype, copy=False)
+
+
+def mask_inplace(scores: np.ndarray, mask: np.ndarray | None) -> None:
+    """Set the scores where ``mask`` is False to ``-inf``: the one place a boolean mask becomes an additive bias."""
+    if mask is not None:
+        np.copyto(scores, -np.inf, where=~mask)
+
+
+def softmax_inplace(x: np.ndarray, mask: np.ndarray | None = None) -> None:
+    """Turn scores ``x (..., S)`` into weights in place, over the last axis (no checks: for trusted arrays).
+
+    Masked entries and rows that are all ``-inf`` end as exact zeros, without NaN or warnings.
+    """
+    mask_inplace(x, mask)
+    m = x.max(axis=-1, keepdims=True)
     dead = np.isneginf(m)  # fully masked rows: there is no maximum
     m[dead] = 0.0
-    x -= m
+    with np.errstate(over="ignore"):  # x - m <= 0; if it overflows (|x| near the dtype's max) it is -inf: weight 0
+        x -= m
     np.exp(x, out=x)  # exp(-inf) = 0 exactly: masked entries vanish here
-    total = np.sum(x, axis=axis, keepdims=True)
+    total = x.sum(axis=-1, keepdims=True)
     total[dead] = 1.0  # 0 / 1 = 0 for fully masked rows instead of 0 / 0
     x /= total
-    return x.astype(scores.dtype, copy=False)

@@ -1,0 +1,233 @@
+"""Benchmark attnlab's attention against this machine's limits (`make bench`).
+
+For H = 8 heads of width D = 64 in float32 and growing context S, it measures `attnlab.attention` (which materialises the
+scores) and `attnlab.tiled_attention` (which never does): median time, effective GFLOP/s, peak memory (tracemalloc) and
+the largest error against a float64 reference. In the same run it measures the two limits that bound them, this
+machine's float32 matmul rate and its `np.exp` rate per core, and reports each time as a multiple of the floor
+
+    floor = (the two matmuls, 4·H·S²·D FLOPs, at the measured matmul rate) + (H·S² exps spread over all cores).
+
+If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on the CPU is measured as a peer. It also
+times every notebook in a fresh kernel and the notebook suite under nbval. Results: a table on stdout,
+benchmarks/results/bench.json and benchmarks/results/bench.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+import attnlab
+from attnlab._parallel import workers
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+H, D = 8, 64
+BLOCKS = {"Br": 256, "Bc": 512}
+
+
+def median_time(fn, repeats: int) -> float:
+    fn()  # warm up: page in memory, start threads
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def matmul_rate(repeats: int) -> float:
+    """FLOP/s of a large float32 matmul on all cores."""
+    rng = np.random.default_rng(0)
+    n = 4096
+    a, b = rng.standard_normal((2, n, n), dtype=np.float32)
+    return 2 * n**3 / median_time(lambda: a @ b, repeats)
+
+
+def exp_rate_per_core(repeats: int) -> float:
+    """exps per second of np.exp on one core (numpy's exp is single-threaded), on cache-resident float32 blocks."""
+    x = np.random.default_rng(0).standard_normal(1 << 16, dtype=np.float32)
+    out = np.empty_like(x)
+    loops = 256
+
+    def run():
+        for _ in range(loops):
+            np.exp(x, out=out)
+
+    return x.size * loops / median_time(run, repeats)
+
+
+def torch_sdpa():
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+
+    def run(q, k, v):
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v)).numpy()
+
+    run.version = torch.__version__
+    return run
+
+
+def bench_attention(sizes, repeats: int, mm_rate: float, exp_rate: float) -> list[dict]:
+    implementations = {
+        "attnlab.attention": lambda q, k, v: attnlab.attention(q, k, v),
+        f"attnlab.tiled_attention (Br={BLOCKS['Br']}, Bc={BLOCKS['Bc']})":
+            lambda q, k, v: attnlab.tiled_attention(q, k, v, **BLOCKS),
+    }
+    torch_run = torch_sdpa()
+    if torch_run is not None:
+        implementations[f"torch {torch_run.version} scaled_dot_product_attention (CPU)"] = torch_run
+    rows = []
+    for S in sizes:
+        rng = np.random.default_rng(S)
+        q, k, v = rng.standard_normal((3, 1, H, S, D), dtype=np.float32)
+        # float64 reference on 64 query rows spread over the sequence (rows are independent without a mask)
+        pick = np.linspace(0, S - 1, 64).astype(int)
+        reference = attnlab.attention(q[..., pick, :].astype(np.float64), k.astype(np.float64), v.astype(np.float64))
+        flops = 4 * H * S * S * D
+        floor = flops / mm_rate + H * S * S / (exp_rate * workers())
+        for name, fn in implementations.items():
+            t = median_time(lambda: fn(q, k, v), repeats)
+            error = float(np.abs(fn(q, k, v)[..., pick, :] - reference).max())
+            peak = None if name.startswith("torch") else peak_bytes(lambda: fn(q, k, v))
+            rows.append({"S": S, "implementation": name, "seconds": t, "gflops": flops / t / 1e9,
+                         "peak_bytes": peak, "max_error": error, "floor_seconds": floor, "x_floor": t / floor})
+            print(f"  S={S:<5} {name:<58} {t:8.3f} s  {t / floor:5.2f}x floor", flush=True)
+    return rows
+
+
+def bench_notebooks() -> dict:
+    """Each notebook's execution time in a fresh kernel, and the wall time of the notebook suite under nbval."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    times = {}
+    paths = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+        times[str(path.relative_to(ROOT))] = time.perf_counter() - start
+        print(f"  {path.relative_to(ROOT)!s:<50} {times[str(path.relative_to(ROOT))]:6.1f} s", flush=True)
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", str(workers()), "--dist", "loadscope",
+                             "-p", "no:cacheprovider", "notebooks"], cwd=ROOT, capture_output=True, text=True)
+    suite = time.perf_counter() - start
+    return {"per_notebook_seconds": times, "total_seconds": sum(times.values()), "nbval_suite_wall_seconds": suite,
+            "nbval_suite_passed": result.returncode == 0, "nbval_summary": result.stdout.strip().splitlines()[-1:]}
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    names = list(dict.fromkeys(r["implementation"] for r in rows))
+    sizes = sorted({r["S"] for r in rows})
+    for name in names:
+        mine = [r for r in rows if r["implementation"] == name]
+        ax_t.loglog([r["S"] for r in mine], [r["seconds"] for r in mine], "o-", label=name)
+        if mine[0]["peak_bytes"] is not None:
+            ax_m.loglog([r["S"] for r in mine], [r["peak_bytes"] / 2**20 for r in mine], "o-", label=name)
+    floors = {r["S"]: r["floor_seconds"] for r in rows}
+    ax_t.loglog(sizes, [floors[s] for s in sizes], "k--", label="floor (matmul rate + exp rate)")
+    ax_t.set(title=f"time, H={H}, D={D}, float32", xlabel="context length S", ylabel="seconds (median)")
+    ax_m.set(title="peak memory (tracemalloc)", xlabel="context length S", ylabel="MiB")
+    for ax in (ax_t, ax_m):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
+def targets(rows, notebooks) -> list[tuple[str, bool, str]]:
+    at = {r["implementation"].split(" (")[0].split(" ")[0]: r for r in rows if r["S"] == 4096}
+    attn, tiled = at.get("attnlab.attention"), at.get("attnlab.tiled_attention")
+    out = []
+    if attn and tiled:
+        out.append(("attention at S=4096 <= 1.5x floor", attn["x_floor"] <= 1.5, f"{attn['x_floor']:.2f}x"))
+        out.append(("tiled no slower than attention at S=4096", tiled["seconds"] <= attn["seconds"],
+                    f"{tiled['seconds']:.3f} s vs {attn['seconds']:.3f} s"))
+        out.append(("tiled peak memory <= 1/32 of attention's", tiled["peak_bytes"] * 32 <= attn["peak_bytes"],
+                    f"1/{attn['peak_bytes'] / tiled['peak_bytes']:.0f}"))
+        torch_row = at.get("torch")
+        if torch_row:
+            fastest = max(attn["seconds"], tiled["seconds"])
+            out.append(("both faster than torch SDPA (CPU)", fastest < torch_row["seconds"],
+                        f"{fastest:.3f} s vs {torch_row['seconds']:.3f} s"))
+    if notebooks:
+        per = notebooks["per_notebook_seconds"]
+        slow = {p: t for p, t in per.items() if t > (20 if "05_" in p else 10)}
+        out.append(("every notebook <= 10 s (05: <= 20 s)", not slow, f"slowest {max(per.values()):.1f} s"))
+        out.append(("notebook suite under nbval <= 60 s wall", notebooks["nbval_suite_wall_seconds"] <= 60,
+                    f"{notebooks['nbval_suite_wall_seconds']:.1f} s"))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--skip-notebooks", action="store_true", help="do not time the notebooks")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    print(f"machine: {platform.processor() or platform.machine()}, {workers()} cores, numpy {np.__version__}")
+    mm, ex = matmul_rate(args.repeats), exp_rate_per_core(args.repeats)
+    print(f"float32 matmul rate (all cores): {mm / 1e9:.1f} GFLOP/s;  np.exp rate: {ex / 1e9:.2f} G exps/s per core")
+    print("attention:")
+    rows = bench_attention(args.sizes, args.repeats, mm, ex)
+    notebooks = None if args.skip_notebooks else (print("notebooks:") or bench_notebooks())
+
+    print()
+    header = f"{'S':>5}  {'implementation':<58} {'time s':>8} {'GFLOP/s':>8} {'x floor':>8} {'peak MiB':>9} {'max err':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.1f}"
+        print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
+              f"{peak:>9} {r['max_error']:9.1e}")
+    if notebooks:
+        print(f"\nnotebooks: {notebooks['total_seconds']:.1f} s in all, one at a time; "
+              f"the nbval suite: {notebooks['nbval_suite_wall_seconds']:.1f} s wall "
+              f"({'passed' if notebooks['nbval_suite_passed'] else 'FAILED'})")
+    print("\ntargets:")
+    results = targets(rows, notebooks)
+    for name, ok, value in results:
+        print(f"  [{'met' if ok else 'MISSED'}] {name}: {value}")
+
+    report = {"machine": {"cores": workers(), "numpy": np.__version__, "python": platform.python_version(),
+                          "matmul_gflops": mm / 1e9, "exp_per_core_per_second": ex},
+              "H": H, "D": D, "dtype": "float32", "blocks": BLOCKS, "attention": rows, "notebooks": notebooks,
+              "targets": [{"target": n, "met": ok, "value": v} for n, ok, v in results]}
+    (args.out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(rows, args.out / "bench.png")
+    print(f"\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
