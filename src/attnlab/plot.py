@@ -39,9 +39,9 @@ def heatmap(matrix, *, ax=None, title: str = "", xlabel: str = "key position j",
     if annotate is None:
         annotate = max(m.shape) <= 12
     if annotate:
-        lo, hi = (np.nanmin(m), np.nanmax(m)) if vmin is None or vmax is None else (vmin, vmax)
         for (i, j), value in np.ndenumerate(m):
-            dark = hi > lo and (value - lo) / (hi - lo) > 0.6
+            r, g, b, _ = im.cmap(im.norm(value))  # the cell's own colour: diverging maps are dark at both ends
+            dark = bool(np.isfinite(value)) and 0.299 * r + 0.587 * g + 0.114 * b < 0.5
             ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=8, color="white" if dark else "black")
     if colorbar:
         ax.figure.colorbar(im, ax=ax, shrink=0.8)
@@ -67,12 +67,17 @@ def loglog(x, series: dict, *, ax=None, title: str = "", xlabel: str = "", ylabe
     quadratic growth, 1 linear.
     """
     x = np.asarray(x, dtype=float)
+    if np.any(x <= 0):
+        raise ValueError(f"x must be positive on log axes, got min {x.min()}")
+    series = {name: np.asarray(y, dtype=float) for name, y in series.items()}
+    for name, y in series.items():  # check everything before drawing anything
+        if y.shape != x.shape:
+            raise ValueError(f"series {name!r} has shape {y.shape} but x has shape {x.shape}")
+        if np.any(y <= 0):
+            raise ValueError(f"series {name!r} must be positive on log axes, got min {y.min()}")
     ax = _axes(ax, (6, 4))
     slopes = {}
     for name, y in series.items():
-        y = np.asarray(y, dtype=float)
-        if y.shape != x.shape:
-            raise ValueError(f"series {name!r} has shape {y.shape} but x has shape {x.shape}")
         label = name
         if fit and len(x) >= 2:
             slopes[name] = float(np.polyfit(np.log(x), np.log(y), 1)[0])

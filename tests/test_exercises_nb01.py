@@ -1,0 +1,278 @@
+"""The checkers of notebook 01: the reference solutions pass, each classic mistake fails with its own diagnosis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.exercises import ExerciseFailed, check
+
+
+def stub(*args):
+    raise NotImplementedError
+
+
+# ------------------------------------------------------------------------------------------------ 1.1 stable_softmax
+
+def softmax_ref(x):
+    z = x - np.max(x, axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def softmax_naive(x):
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_unnormalised(x):
+    return np.exp(x - x.max(axis=-1, keepdims=True))
+
+
+def softmax_exp_only(x):
+    return np.exp(x)
+
+
+def softmax_axis0(x):
+    e = np.exp(x - x.max(axis=0, keepdims=True))
+    return e / e.sum(axis=0, keepdims=True)
+
+
+def softmax_whole_array(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def softmax_no_keepdims_max(x):
+    e = np.exp(x - x.max(axis=-1))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_no_keepdims_sum(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1)
+
+
+def softmax_no_keepdims(x):
+    e = np.exp(x - x.max(axis=-1))
+    return e / e.sum(axis=-1)
+
+
+def softmax_column_max(x):
+    e = np.exp(x - x.max(axis=0, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_global_max(x):
+    e = np.exp(x - x.max())
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_axis1(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def softmax_in_place(x):
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+def softmax_rounded(x):
+    return np.round(softmax_ref(x)).astype(int)
+
+
+def softmax_list(x):
+    return softmax_ref(x).tolist()
+
+
+def softmax_no_return(x):
+    softmax_ref(x)
+
+
+@pytest.mark.parametrize("fn", [softmax_ref, softmax_list], ids=["reference", "list"])
+def test_1_1_passes(fn, capsys):
+    check("1.1", fn)
+    assert capsys.readouterr().out == "Exercise 1.1: passed\n"
+
+
+def test_1_1_passes_with_attnlab():
+    import attnlab
+
+    check("1.1", attnlab.softmax)
+
+
+@pytest.mark.parametrize("fn, message", [
+    (softmax_naive, "your softmax overflows"),
+    (softmax_naive, "Did you forget to subtract the max?"),
+    (softmax_unnormalised, "row 0 of your weights sums to 1.37; did you subtract the max but forget to normalise?"),
+    (softmax_exp_only, "neither shifted by the max nor normalised"),
+    (softmax_axis0, "your columns sum to 1 instead of your rows"),
+    (softmax_whole_array, "the whole array sums to 1 instead of each row"),
+    (softmax_no_keepdims_max, "row j's max was subtracted from column j"),
+    (softmax_no_keepdims_sum, "column j was divided by row j's sum"),
+    (softmax_no_keepdims, "without keepdims=True, so both were applied to the columns"),
+    (softmax_column_max, "you subtracted each column's max (axis=0)"),
+    (softmax_global_max, "you subtracted one max for the whole array"),
+    (softmax_axis1, "you normalised over axis 1, not the last axis"),
+    (softmax_in_place, "changed its argument x in place"),
+    (softmax_rounded, "is not a floating-point array"),
+    (softmax_no_return, "did you forget the `return` statement?"),
+])
+def test_1_1_diagnoses(fn, message):
+    with pytest.raises(ExerciseFailed) as info:
+        check("1.1", fn)
+    assert message in str(info.value)
+    assert "expected:" in str(info.value) and "got:" in str(info.value)
+
+
+def test_1_1_unattempted(capsys):
+    check("1.1", stub)
+    assert capsys.readouterr().out == "Exercise 1.1: not attempted yet\n"
+
+
+# ---------------------------------------------------------------------------------------------- 1.2 attention_single
+
+def attention_ref(q, k, v):
+    d_k = q.shape[-1]
+    scores = q @ k.T / np.sqrt(d_k)
+    weights = softmax_ref(scores)
+    return weights @ v, weights
+
+
+def _attention_with(scale=None, softmax=softmax_ref, post=None, out_from="v", order="ow"):
+    def attention_single(q, k, v):
+        s = q @ k.T * (1 / np.sqrt(q.shape[-1]) if scale is None else scale(q, k, v))
+        w = softmax(s)
+        if post is not None:
+            w = post(w, q)
+        out = w @ (v if out_from == "v" else k)
+        return (out, w) if order == "ow" else (w, out)
+    return attention_single
+
+
+def attention_naive_softmax(q, k, v):
+    w = softmax_naive(q @ k.T / np.sqrt(q.shape[-1]))
+    return w @ v, w
+
+
+def attention_transposed(q, k, v):
+    w = softmax_axis0(k @ q.T / np.sqrt(q.shape[-1]))
+    return w.T @ v, w
+
+
+def attention_out_only(q, k, v):
+    return attention_ref(q, k, v)[0]
+
+
+def attention_wrong_output(q, k, v):
+    out, w = attention_ref(q, k, v)
+    return out + 0.1, w
+
+
+@pytest.mark.parametrize("fn", [attention_ref, _attention_with()], ids=["reference", "factory"])
+def test_1_2_passes(fn, capsys):
+    check("1.2", fn)
+    assert capsys.readouterr().out == "Exercise 1.2: passed\n"
+
+
+@pytest.mark.parametrize("fn, message", [
+    (_attention_with(scale=lambda q, k, v: 1.0), "you forgot to divide by sqrt(d_k)"),
+    (_attention_with(scale=lambda q, k, v: 1.0 / q.shape[-1]), "divided the scores by d_k = 4 instead of sqrt(d_k)"),
+    (_attention_with(scale=lambda q, k, v: np.sqrt(q.shape[-1])), "you multiplied the scores by sqrt(d_k)"),
+    (_attention_with(scale=lambda q, k, v: 1.0 / np.sqrt(k.shape[0])), "the number of keys S = k.shape[0]"),
+    (_attention_with(scale=lambda q, k, v: 1.0 / np.sqrt(q.shape[0])), "the number of queries T = q.shape[0]"),
+    (_attention_with(scale=lambda q, k, v: 1.0 / np.sqrt(v.shape[-1])), "the value width v.shape[-1]"),
+    (_attention_with(post=lambda w, q: w / np.sqrt(q.shape[-1])), "after the softmax"),
+    (_attention_with(softmax=softmax_unnormalised), "did you subtract the max but forget to normalise?"),
+    (_attention_with(softmax=softmax_axis0), "your columns sum to 1 instead of your rows"),
+    (_attention_with(out_from="k"), "the output mixes the VALUES"),
+    (_attention_with(order="wo"), "you returned (weights, out)"),
+    (attention_naive_softmax, "NaN or inf when the scores are large"),
+    (attention_transposed, "one row per key instead of one row per query"),
+    (attention_out_only, "returned one array"),
+    (attention_wrong_output, "your weights are right but your output is not"),
+])
+def test_1_2_diagnoses(fn, message):
+    with pytest.raises(ExerciseFailed) as info:
+        check("1.2", fn)
+    assert message in str(info.value)
+
+
+def test_1_2_unattempted(capsys):
+    check("1.2", stub)
+    assert capsys.readouterr().out == "Exercise 1.2: not attempted yet\n"
+
+
+# --------------------------------------------------------------------------------------------------- 1.3 steer_query
+
+def steer_ref(keys, target):
+    S, D = keys.shape
+    margin = np.log(99 * (S - 1)) + 1.0
+    wanted = np.zeros(S)
+    wanted[target] = margin * np.sqrt(D)
+    q, *_ = np.linalg.lstsq(keys, wanted, rcond=None)
+    return q
+
+
+def steer_along_target(keys, target):
+    return 50.0 * keys[target]
+
+
+def steer_unscaled(keys, target):
+    S, D = keys.shape
+    wanted = np.zeros(S)
+    wanted[target] = np.log(99 * (S - 1)) + 1.0  # forgets the sqrt(D)
+    return np.linalg.lstsq(keys, wanted, rcond=None)[0]
+
+
+def steer_too_short(keys, target):
+    wanted = np.zeros(keys.shape[0])
+    wanted[target] = 1.0
+    return np.linalg.lstsq(keys, wanted, rcond=None)[0]
+
+
+def steer_wrong_key(keys, target):
+    return steer_ref(keys, (target + 1) % keys.shape[0])
+
+
+def steer_zero(keys, target):
+    return np.zeros(keys.shape[1])
+
+
+def steer_column(keys, target):
+    return steer_ref(keys, target)[:, None]
+
+
+def test_1_3_passes(capsys):
+    check("1.3", steer_ref)
+    assert capsys.readouterr().out == "Exercise 1.3: passed\n"
+
+
+@pytest.mark.parametrize("fn, message", [
+    (steer_along_target, "your query points along key 0, but key 1 wins"),
+    (steer_unscaled, "you forgot that the scores are divided by sqrt(d_k)"),
+    (steer_too_short, "has the largest weight"),
+    (steer_wrong_key, "more than key 0"),
+    (steer_zero, "your query is all zeros"),
+    (steer_column, "has the wrong shape"),
+])
+def test_1_3_diagnoses(fn, message):
+    with pytest.raises(ExerciseFailed) as info:
+        check("1.3", fn)
+    assert message in str(info.value)
+
+
+def test_1_3_unattempted(capsys):
+    check("1.3", stub)
+    assert capsys.readouterr().out == "Exercise 1.3: not attempted yet\n"
+
+
+def test_messages_have_the_house_format():
+    with pytest.raises(ExerciseFailed) as info:
+        check("1.1", softmax_unnormalised)
+    lines = str(info.value).splitlines()
+    assert lines[1].startswith("  expected: ") and lines[2].startswith("  got:      ")
+    assert lines[3].startswith("  hint: ")
