@@ -53,3 +53,13 @@ __all__ = [
     "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
     "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention",
 ]
+
+
+def __getattr__(name: str):
+    """Import ``attnlab.plot``, ``attnlab.widgets`` and ``attnlab.exercises`` on first use (they need matplotlib or
+    ipywidgets, which ``import attnlab`` itself does not)."""
+    if name in {"plot", "widgets", "exercises"}:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
