@@ -137,13 +137,12 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     out = np.empty((*lead, G, T, v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
 
     def row_block(idx, i0, i1):
-        """Rows i0:i1 of the output of one key/value head (and its G query heads); returns the tiles it computed."""
+        """Rows i0:i1 of the output of one key/value head (and its G query heads)."""
         Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
         K, V = k[idx], v[idx]  # (S, D), (S, Dv)
         m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
         l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
         acc = np.zeros((G, i1 - i0, v.shape[-1]), dtype=dtype)  # unnormalised output
-        computed = []
         for j0, j1 in _key_blocks(i0, i1, S, T, Bc, causal):
             allowed = None if gmask is None else gmask[idx][:, i0:i1, j0:j1]  # (G, Br, Bc)
             if causal and j1 - 1 > S - T + i0:  # this tile straddles the diagonal
@@ -151,7 +150,8 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
                 allowed = diag if allowed is None else allowed & diag
             if allowed is not None and not allowed.any():  # nothing in this tile may be attended
                 continue
-            computed.append((i0, j0))
+            if visited is not None:
+                visited[i0 // Br, j0 // Bc] = True
             S_ij = Q_i @ K[j0:j1].astype(dtype, copy=False).T  # (G, Br, Bc)
             mask_inplace(S_ij, allowed)
             m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
@@ -166,13 +166,15 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
             m = m_new
         l[l == 0] = 1  # rows with no allowed key: 0 / 1 = 0
         out[idx][:, i0:i1] = acc / l  # out_i = acc / l
-        return computed
 
     blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
-    computed = set().union(*run_blocks(row_block, blocks, q.size // D * S))  # tiles of the (T, S) grid
+    # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
+    visited = np.zeros((-(-T // Br), -(-S // Bc)), dtype=bool) if return_stats else None
+    run_blocks(row_block, blocks, q.size // D * S)
 
     out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
     if not return_stats:
         return out
     n_tiles = -(-T // Br) * -(-S // Bc)
-    return out, TiledStats(n_tiles, len(computed), n_tiles - len(computed), min(Br, T) * min(Bc, S))
+    computed = int(visited.sum())
+    return out, TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))
