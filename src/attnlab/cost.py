@@ -6,6 +6,7 @@ Softmax, scaling and masking are ignored (they are ``O(T S)``, not ``O(T S D)``)
 
 from __future__ import annotations
 
+import math
 import numbers
 
 from ._checks import positive_int
@@ -133,9 +134,9 @@ def decode_step_cost(S: int, *, d_model: int, H: int, Hkv: int | None = None, dt
 
 def format_bytes(n: numbers.Real) -> str:
     """``4294967296 -> '4 GiB'``: binary units, at most three significant digits."""
-    if not isinstance(n, numbers.Real) or n < 0:
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0:
         raise ValueError(f"n must be a non-negative number of bytes, got {n!r}")
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":
-            return f"{n:.3g} {unit}"
+            return f"{n:.3g} {unit}" if n < 1000 else f"{n:.0f} {unit}"  # 1000-1023: no exponent ("1.02e+03")
         n /= 1024

@@ -51,6 +51,20 @@ class AttentionWeights:
     H: int
     Hkv: int
 
+    def __post_init__(self):
+        H, Hkv = positive_int(self.H, "H"), positive_int(self.Hkv, "Hkv")
+        if H % Hkv:
+            raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
+        W_q = float_array(self.W_q, "W_q", min_ndim=2)
+        if W_q.ndim != 2 or W_q.shape[1] % H:
+            raise ValueError(f"W_q must have shape (d_model, H * D) with H={H}, got {W_q.shape}")
+        d_model, D = W_q.shape[0], W_q.shape[1] // H
+        for name, W, expected in (("W_k", self.W_k, (d_model, Hkv * D)), ("W_v", self.W_v, (d_model, Hkv * D)),
+                                  ("W_o", self.W_o, (H * D, d_model))):
+            if float_array(W, name).shape != expected:
+                raise ValueError(f"{name} must have shape {expected} (d_model={d_model}, H={H}, Hkv={Hkv}, D={D}), "
+                                 f"got {np.shape(W)}")
+
     @property
     def d_model(self) -> int:
         return self.W_q.shape[0]
@@ -77,6 +91,7 @@ def init_weights(d_model: int, H: int, Hkv: int | None = None, *, seed: int = 0,
     """
     d_model, H = positive_int(d_model, "d_model"), positive_int(H, "H")
     Hkv = H if Hkv is None else positive_int(Hkv, "Hkv")
+    _float_dtype(dtype)
     if d_model % H:
         raise ValueError(f"d_model={d_model} is not a multiple of H={H}")
     if H % Hkv:
@@ -90,7 +105,19 @@ def init_weights(d_model: int, H: int, Hkv: int | None = None, *, seed: int = 0,
     return AttentionWeights(w(d_model, H * D), w(d_model, Hkv * D), w(d_model, Hkv * D), w(H * D, d_model), H, Hkv)
 
 
+def _float_dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != "f":
+        raise ValueError(f"dtype must be a floating-point type (float16/32/64), got {dtype!r}")
+    return dt
+
+
 def _check_x(x, weights: AttentionWeights) -> np.ndarray:
+    if not isinstance(weights, AttentionWeights):
+        raise ValueError(f"weights must be an AttentionWeights (see init_weights), got {type(weights).__name__}")
     x = float_array(x, "x", min_ndim=2)
     if x.shape[-1] != weights.d_model:
         raise ValueError(f"x has d_model={x.shape[-1]} but the weights expect d_model={weights.d_model}")
@@ -139,6 +166,8 @@ class KVCache:
 
     def __init__(self, Hkv: int, D: int, max_len: int, *, batch_shape: tuple[int, ...] = (), dtype=np.float64):
         Hkv, D, max_len = positive_int(Hkv, "Hkv"), positive_int(D, "D"), positive_int(max_len, "max_len")
+        batch_shape = tuple(positive_int(n, "each entry of batch_shape") for n in batch_shape)
+        dtype = _float_dtype(dtype)
         shape = (*batch_shape, Hkv, max_len, D)
         self._k = np.zeros(shape, dtype=dtype)
         self._v = np.zeros(shape, dtype=dtype)
@@ -182,6 +211,8 @@ def decode_step(x_t, weights: AttentionWeights, cache: KVCache) -> np.ndarray:
     Appends the new keys and values to ``cache`` and returns ``(..., t, d_model)``. With ``t = 1`` this is one step of
     autoregressive decoding: one query row, ``O(length)`` work.
     """
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache, got {type(cache).__name__}")
     q, k, v = project_qkv(x_t, weights)  # q (..., H, t, D), k, v (..., Hkv, t, D)
     cache.append(k, v)
     out = attention(q, cache.k, cache.v, causal=True)  # the new queries are the last t of `length` positions

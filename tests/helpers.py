@@ -1,0 +1,54 @@
+"""Input factories, hypothesis strategies and the plain float32 yardstick shared by the unit tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+
+def make_qkv(*, batch=(), H=2, Hkv=None, T=5, S=None, D=4, Dv=None, seed=0, dtype=np.float64):
+    """Random ``q (*batch, H, T, D)``, ``k (*batch, Hkv, S, D)``, ``v (*batch, Hkv, S, Dv)`` from a seeded generator."""
+    Hkv = H if Hkv is None else Hkv
+    S = T if S is None else S
+    Dv = D if Dv is None else Dv
+    g = np.random.default_rng(seed)
+    q = g.standard_normal((*batch, H, T, D)).astype(dtype)
+    k = g.standard_normal((*batch, Hkv, S, D)).astype(dtype)
+    v = g.standard_normal((*batch, Hkv, S, Dv)).astype(dtype)
+    return q, k, v
+
+
+def plain_float32_attention(q, k, v, mask):
+    """Textbook float32 attention, no tricks (MHA: H = Hkv): the float32 error attnlab is measured against."""
+    q, k, v = (a.astype(np.float32) for a in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) / np.float32(np.sqrt(q.shape[-1]))  # (..., H, T, S)
+    scores = np.where(mask, scores, np.float32(-np.inf))
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+
+seeds = st.integers(0, 2**32 - 1)
+"""A seed for ``np.random.default_rng``: hypothesis picks shapes and a seed, numpy fills the arrays."""
+
+
+@st.composite
+def head_counts(draw, max_Hkv: int = 3, max_G: int = 3):
+    """``(H, Hkv)`` with ``Hkv`` dividing ``H``: MHA (G = 1), GQA, and MQA (Hkv = 1) all appear."""
+    Hkv = draw(st.integers(1, max_Hkv))
+    G = draw(st.integers(1, max_G))
+    return Hkv * G, Hkv
+
+
+@st.composite
+def lengths_and_S(draw, max_B: int = 3, max_S: int = 12):
+    """A padded length ``S`` and one real length per sequence, each in ``[0, S]`` (0 = all padding)."""
+    S = draw(st.integers(1, max_S))
+    lengths = draw(st.lists(st.integers(0, S), min_size=1, max_size=max_B))
+    return np.array(lengths), S
+
+
+@st.composite
+def segments(draw, max_docs: int = 4, max_len: int = 6):
+    """Segment ids of several documents packed into one sequence, e.g. ``[0, 0, 0, 1, 2, 2]``."""
+    sizes = draw(st.lists(st.integers(1, max_len), min_size=1, max_size=max_docs))
+    return np.repeat(np.arange(len(sizes)), sizes)
