@@ -33,7 +33,7 @@ test: install
 	$(BIN)/python -m pytest -n auto --dist loadscope
 
 unit: install
-	$(BIN)/python -m pytest -n auto --dist loadscope src tests
+	$(BIN)/python -m pytest -n auto --dist loadscope src tests --ignore=tests/browser
 
 check: install
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/02_masks.ipynb"; exit 2; }
