@@ -15,6 +15,7 @@ benchmarks/results/bench.json and benchmarks/results/bench.png.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import pathlib
 import platform
@@ -31,7 +32,8 @@ from attnlab._parallel import workers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 H, D = 8, 64
-BLOCKS = {"Br": 256, "Bc": 512}
+# tiled_attention runs with its default tile sizes
+BLOCKS = {name: p.default for name, p in inspect.signature(attnlab.tiled_attention).parameters.items() if name in ("Br", "Bc")}
 
 
 def median_time(fn, repeats: int) -> float:
@@ -92,8 +94,7 @@ def torch_sdpa():
 def bench_attention(sizes, repeats: int, mm_rate: float, exp_rate: float) -> list[dict]:
     implementations = {
         "attnlab.attention": lambda q, k, v: attnlab.attention(q, k, v),
-        f"attnlab.tiled_attention (Br={BLOCKS['Br']}, Bc={BLOCKS['Bc']})":
-            lambda q, k, v: attnlab.tiled_attention(q, k, v, **BLOCKS),
+        f"attnlab.tiled_attention (Br={BLOCKS['Br']}, Bc={BLOCKS['Bc']})": attnlab.tiled_attention,
     }
     torch_run = torch_sdpa()
     if torch_run is not None:

@@ -54,10 +54,12 @@ def mask_inplace(scores: np.ndarray, mask: np.ndarray | None) -> None:
         np.copyto(scores, -np.inf, where=~mask)
 
 
-def softmax_inplace(x: np.ndarray, mask: np.ndarray | None = None) -> None:
+def softmax_inplace(x: np.ndarray, mask: np.ndarray | None = None, *, normalize: bool = True) -> np.ndarray:
     """Turn scores ``x (..., S)`` into weights in place, over the last axis (no checks: for trusted arrays).
 
-    Masked entries and rows that are all ``-inf`` end as exact zeros, without NaN or warnings.
+    Masked entries and rows that are all ``-inf`` end as exact zeros, without NaN or warnings. Returns the row sums
+    ``(..., 1)`` of ``exp(x - max)``; with ``normalize=False`` the rows are left unnormalised, so that a caller can divide
+    something smaller than the weights by those sums (``P V / l`` instead of ``(P / l) V``).
     """
     mask_inplace(x, mask)
     m = x.max(axis=-1, keepdims=True)
@@ -68,4 +70,6 @@ def softmax_inplace(x: np.ndarray, mask: np.ndarray | None = None) -> None:
     np.exp(x, out=x)  # exp(-inf) = 0 exactly: masked entries vanish here
     total = x.sum(axis=-1, keepdims=True)
     total[dead] = 1.0  # 0 / 1 = 0 for fully masked rows instead of 0 / 0
-    x /= total
+    if normalize:
+        x /= total
+    return total
