@@ -128,9 +128,19 @@ def explorer(draw, /, **controls) -> Explorer:
 
     Examples
     --------
-    >>> def draw(temperature=1.0):  # doctest: +SKIP
-    ...     fig, ax = plt.subplots(); ax.bar(range(3), softmax(np.array([1.0, 2.0, 3.0]) / temperature)); return fig
-    >>> explorer(draw, temperature=(0.1, 5.0, 0.1))  # doctest: +SKIP
+    In a notebook, ``draw`` returns a figure and the explorer is the last expression of its cell. Here ``draw``
+    returns text, and what it shows outside a notebook is swallowed, so that the example runs anywhere:
+
+    >>> import contextlib, io
+    >>> import numpy as np
+    >>> from attnlab import softmax
+    >>> def draw(temperature=1.0):
+    ...     return softmax(np.array([1.0, 2.0, 3.0]) / temperature).round(2)
+    >>> with contextlib.redirect_stdout(io.StringIO()):
+    ...     ex = explorer(draw, temperature=(0.1, 5.0, 0.1))
+    ...     ex.update(temperature=0.5)  # what a learner moving the slider does
+    >>> ex.defaults, ex.widget.kwargs
+    ({'temperature': 1.0}, {'temperature': 0.5})
     """
     if not callable(draw):
         raise ValueError(f"draw must be a function of the control values, got {type(draw).__name__}")
