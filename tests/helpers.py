@@ -1,9 +1,13 @@
-"""Input factories, hypothesis strategies and the plain float32 yardstick shared by the unit tests."""
+"""Input factories, hypothesis strategies, the plain float32 yardstick and the exercise-check helpers shared by the
+unit tests."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
+
+from attnlab.exercises import ExerciseFailed, check
 
 
 def make_qkv(*, batch=(), H=2, Hkv=None, T=5, S=None, D=4, Dv=None, seed=0, dtype=np.float64):
@@ -52,3 +56,21 @@ def segments(draw, max_docs: int = 4, max_len: int = 6):
     """Segment ids of several documents packed into one sequence, e.g. ``[0, 0, 0, 1, 2, 2]``."""
     sizes = draw(st.lists(st.integers(1, max_len), min_size=1, max_size=max_docs))
     return np.repeat(np.arange(len(sizes)), sizes)
+
+
+def expect_failure(exercise_id, answer, *phrases, absent=()):
+    """``check`` rejects ``answer`` in the house format (expected / got), naming every phrase and none of ``absent``."""
+    with pytest.raises(ExerciseFailed) as info:
+        check(exercise_id, answer)
+    message = str(info.value)
+    for phrase in phrases:
+        assert phrase in message, f"{phrase!r} not in:\n{message}"
+    for phrase in absent:
+        assert phrase not in message, f"{phrase!r} should not be in:\n{message}"
+    assert "expected:" in message and "got:" in message
+    return message
+
+
+def not_attempted(*args, **kwargs):
+    """The learner's stub: the body is still ``raise NotImplementedError``."""
+    raise NotImplementedError

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from attnlab.exercises import ExerciseFailed, check
+from attnlab.exercises import check
+from helpers import expect_failure
 
 
 def passes(exercise_id, answer, capsys):
@@ -11,14 +12,6 @@ def passes(exercise_id, answer, capsys):
     return capsys.readouterr().out == f"Exercise {exercise_id}: passed\n"
 
 
-def fails_with(exercise_id, answer, *phrases):
-    with pytest.raises(ExerciseFailed) as info:
-        check(exercise_id, answer)
-    message = str(info.value)
-    for phrase in phrases:
-        assert phrase in message, f"{phrase!r} not in:\n{message}"
-    assert "expected:" in message and "got:" in message
-    return message
 
 
 @pytest.mark.parametrize("exercise_id", ["3.1", "3.2", "3.3"])
@@ -74,7 +67,7 @@ def test_3_1_correct_solutions_pass(solution, capsys):
     (lambda d_k, n, rng: None, ["return"]),
 ])
 def test_3_1_classic_mistakes_are_diagnosed(wrong, phrases):
-    fails_with("3.1", wrong, *phrases)
+    expect_failure("3.1", wrong, *phrases)
 
 
 # ------------------------------------------------------------------------------------------------------------ 3.2
@@ -114,7 +107,7 @@ def test_3_2_correct_solutions_pass(capsys):
     (lambda p: None, ["return"]),
 ])
 def test_3_2_classic_mistakes_are_diagnosed(wrong, phrases):
-    fails_with("3.2", wrong, *phrases)
+    expect_failure("3.2", wrong, *phrases)
 
 
 def test_3_2_reference_is_diag_minus_outer():
@@ -159,9 +152,9 @@ def d_model_scale(q, k):  # sqrt(H * D): the width of the whole model, not of on
     (lambda q, k: None, ["return"]),
 ])
 def test_3_3_classic_mistakes_are_diagnosed(wrong, phrases):
-    fails_with("3.3", wrong, *phrases)
+    expect_failure("3.3", wrong, *phrases)
 
 
 def test_3_3_d_model_mistake_names_both_widths():
-    message = fails_with("3.3", d_model_scale)
+    message = expect_failure("3.3", d_model_scale)
     assert "H=4" in message or "H·d_k" in message
