@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NB     ?=
 
-.PHONY: help install lab test unit notebooks learner check bench lock clean
+.PHONY: help install lab test unit notebooks learner check bench clean
 
 help:
 	@echo "make lab        open the course in JupyterLab"
@@ -48,10 +48,6 @@ learner: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py
-
-# Refresh requirements.lock from what is installed in .venv (after deliberately changing a version).
-lock:
-	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^attnlab' > requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info

@@ -3,7 +3,9 @@
 import pathlib
 import re
 
+import pytest
 import yaml
+from packaging.requirements import Requirement
 
 try:
     import tomllib
@@ -31,9 +33,16 @@ def environment_pins() -> dict[str, str]:
     return {_name(r): r.split("==")[1] for r in pip}
 
 
-def lock_pins() -> dict[str, str]:
-    lines = (ROOT / "requirements.lock").read_text().split()
-    return {_name(line): line.split("==")[1] for line in lines if "==" in line}
+def lock_pins(python: str = "3.11") -> dict[str, str]:
+    """The versions requirements.lock installs on the given Python (it pins older versions for Python 3.10)."""
+    pins = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"python_version": python}):
+                assert requirement.name.lower() not in pins, f"{requirement.name} is pinned twice for Python {python}"
+                pins[_name(requirement.name)] = str(requirement.specifier).removeprefix("==")
+    return pins
 
 
 def test_environment_yml_lists_the_same_packages_as_pyproject():
@@ -45,8 +54,9 @@ def test_environment_yml_pins_the_locked_versions():
     assert {name: lock.get(name) for name in environment_pins()} == environment_pins()
 
 
-def test_every_declared_package_is_locked():
-    assert pyproject_packages() - set(lock_pins()) == set()
+@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13"])
+def test_every_declared_package_is_locked_once_for_each_python(python):
+    assert pyproject_packages() - set(lock_pins(python)) == set()
 
 
 def test_environment_yml_python_is_supported():
