@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import broadcast_mask, compute_dtype, float_array, positive_int, scale_value
-from .masks import causal_mask
 from ._parallel import run_blocks, workers
+from .masks import causal_mask
 from .softmax import softmax_inplace
 
 
@@ -105,6 +105,11 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
     -----
     ``out_i = sum_j softmax_j(q_i · k_j · scale) v_j``. Grouped-query attention is done by viewing the query heads as
     ``(Hkv, G)`` so that each key/value head broadcasts over its ``G`` query heads; K and V are never copied.
+
+    This is the textbook algorithm: the whole ``(..., H, T, S)`` matrix is materialised, so memory grows as ``S²``
+    (:func:`attnlab.tiled_attention` is the linear-memory version). For speed it is filled in blocks of query rows that
+    fit in a core's cache, each block finished (softmax, times ``v``) while it is still there, on every core; the
+    output is divided by the row sums rather than the weights, which are normalised only when returned.
 
     Examples
     --------
