@@ -66,7 +66,12 @@ def online_softmax(x, block_size: int = 2) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TiledStats:
-    """What a tiled pass did: tiles of scores computed and skipped, and the largest score tile held."""
+    """What a tiled pass did, on the grid of ``Br x Bc`` tiles over the ``(T, S)`` scores.
+
+    A tile counts as computed when it was computed for at least one batch element and head, as skipped when it was
+    skipped for all (entirely above the causal diagonal, or fully masked). ``score_tile_elements`` is the size of one
+    tile of one head: the most scores a block of work holds at once (one block runs per core).
+    """
 
     tiles_total: int
     tiles_computed: int
@@ -116,7 +121,9 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         m     = m_new
 
     and finally ``out_i = acc / l``. Under a causal mask the tiles entirely above the diagonal are skipped; with any
-    mask, a tile that is fully masked for every row is skipped too. Rows with no allowed key give zeros.
+    mask, a tile that is fully masked for every row is skipped too. Rows with no allowed key give zeros. Blocks of
+    query rows are independent, so they run on every core (see ``attnlab._parallel``); memory is the output plus one
+    tile per core, linear in ``S``.
     """
     q, k, v = check_qkv(q, k, v)
     if q.ndim == 2:
