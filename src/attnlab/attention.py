@@ -130,6 +130,7 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
     dtype = compute_dtype(q, k, v)
 
     qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
+    k, v = k.astype(dtype, copy=False), v.astype(dtype, copy=False)  # once, not per block (a copy only for float16)
     lead, (G, T) = qg.shape[:-3], qg.shape[-3:-1]  # lead = (..., Hkv)
     gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, q.shape[-3], Hkv), (*lead, G, T, S))
     weights = np.empty((*lead, G, T, S), dtype=dtype)  # the whole (T, S) matrix of every head, materialised
@@ -139,7 +140,7 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
 
     def rows(idx, r0, r1):
         """Queries r0:r1 of one key/value head, a block at a time: each is finished while it is still in cache."""
-        K, V = k[idx].astype(dtype, copy=False).T, v[idx].astype(dtype, copy=False)  # (D, S), (S, Dv)
+        K, V = k[idx].T, v[idx]  # (D, S), (S, Dv)
         for a in range(r0, r1, step):
             b = min(a + step, r1)
             w = weights[idx][:, a:b]  # (G, r, S), a view into the full matrix

@@ -140,6 +140,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     dtype = compute_dtype(q, k, v)
 
     qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
+    k, v = k.astype(dtype, copy=False), v.astype(dtype, copy=False)  # once, not per tile (a copy only for float16)
     lead, G = qg.shape[:-3], qg.shape[-3]  # lead = (..., Hkv)
     gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, H, Hkv), (*lead, G, T, S))
     out = np.empty((*lead, G, T, v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
@@ -161,7 +162,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
                 continue
             if visited is not None:
                 visited[i0 // Br, j0 // Bc] = True
-            S_ij = np.matmul(Q_i, K[j0:j1].astype(dtype, copy=False).T, out=tile[..., : j1 - j0])  # (G, Br, Bc)
+            S_ij = np.matmul(Q_i, K[j0:j1].T, out=tile[..., : j1 - j0])  # (G, Br, Bc)
             mask_inplace(S_ij, allowed)
             m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
             m_safe = np.where(np.isneginf(m_new), 0, m_new)  # rows with nothing allowed yet stay at zero
@@ -171,7 +172,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
             l *= alpha
             l += P_ij.sum(axis=-1, keepdims=True)  # l = e^(m - m_new) l + rowsum(P_ij)
             acc *= alpha
-            acc += P_ij @ V[j0:j1].astype(dtype, copy=False)  # acc = e^(m - m_new) acc + P_ij V_j
+            acc += P_ij @ V[j0:j1]  # acc = e^(m - m_new) acc + P_ij V_j
             m = m_new
         l[l == 0] = 1  # rows with no allowed key: 0 / 1 = 0
         out[idx][:, i0:i1] = acc / l  # out_i = acc / l

@@ -61,10 +61,10 @@ class Explorer:
             return
         # a control starts at the default of the matching argument of `draw`, when it has one
         made = {name: ipywidgets.interactive.widget_from_abbrev(c, start[name]) for name, c in controls.items()}
-        for name, widget in made.items():  # an explicit widget too (IntSlider's own default would be 0 or its min)
-            if start[name] is not inspect.Parameter.empty and getattr(widget, "value", start[name]) != start[name]:
-                widget.value = start[name]
-        for control in made.values():
+        for name, control in made.items():
+            # an explicit widget starts at draw's default too (IntSlider's own default would be 0 or its min)
+            if start[name] is not inspect.Parameter.empty and getattr(control, "value", start[name]) != start[name]:
+                control.value = start[name]
             if hasattr(control, "style") and hasattr(control.style, "description_width"):
                 control.style.description_width = "initial"  # show whole labels, not "temperat..."
         self.widget = ipywidgets.interactive(self._show, **made)
