@@ -40,11 +40,11 @@ check: install
 	$(BIN)/attnlab-check "$(NB)"
 
 notebooks: install
-	$(BIN)/python -m attnlab.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+	$(BIN)/python -m attnlab.course.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
 	$(MAKE) learner
 
 learner: install
-	$(BIN)/python -m attnlab.authoring learner notebooks/solutions/*.ipynb
+	$(BIN)/python -m attnlab.course.authoring learner notebooks/solutions/*.ipynb
 
 bench: install
 	$(BIN)/python benchmarks/run.py

@@ -16,8 +16,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from attnlab import grader
-from attnlab.authoring import default_solutions_dir, find_exercises, learner_notebook
+from attnlab.course.grading import cli, report, runner
+from attnlab.course.authoring import default_solutions_dir, find_exercises, learner_notebook
 
 SUBMISSIONS = {sub.file_name: sub for sub in make_submissions.load()}
 NOT_NOTEBOOKS = {"notes.txt": "my answers are in my head\n", "02-corrupt.ipynb": '{"cells": [{"cell_type": "code", '}
@@ -37,11 +37,11 @@ def batch(tmp_path_factory):
         (folder / name).write_text(text)
     csv_path = tmp_path_factory.mktemp("results") / "results.csv"
     reports = []
-    grade_many = grader.grade_many
+    grade_many = runner.grade_many
     stdout = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout):
-        mp.setattr(grader, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
-        status = grader.main(["--batch", str(folder), "--csv", str(csv_path)])
+        mp.setattr(runner, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
+        status = cli.main(["--batch", str(folder), "--csv", str(csv_path)])
     with open(csv_path, newline="", encoding="utf-8") as f:
         rows = {row["file"]: row for row in csv.DictReader(f)}
     return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": stdout.getvalue()}
@@ -93,15 +93,15 @@ def test_csv_has_one_row_per_learner_and_one_column_per_exercise(batch):
 
 def test_summary_counts_each_status_per_exercise(batch):
     line = next(line.split() for line in batch["out"].splitlines() if line.strip().startswith("2.2 "))
-    counts = dict(zip(grader.STATUSES, map(int, line[1:])))
+    counts = dict(zip(runner.STATUSES, map(int, line[1:])))
     statuses = [r.status for rep in batch["reports"].values() for r in rep.results if r.exercise == "2.2"]
-    assert counts == {s: statuses.count(s) for s in grader.STATUSES}
+    assert counts == {s: statuses.count(s) for s in runner.STATUSES}
     assert sum(counts.values()) == sum(name.startswith("02-") for name in SUBMISSIONS)
 
 
 def test_table_shows_every_exercise_with_its_message(batch):
     report = batch["reports"]["02-inverted_and_nan.ipynb"]
-    lines = grader.format_report(report).splitlines()
+    lines = report.format_report(report).splitlines()
     assert lines[1].split() == ["exercise", "result", "details"]
     assert lines[2].split()[:2] == ["2.1", "failed"] and any("hint:" in line for line in lines)
     rows = [line[2:].split(maxsplit=1) for line in lines if line.startswith("  2.")]
@@ -139,7 +139,7 @@ def test_grading_notebook_takes_only_the_learners_exercise_source():
     exercise.outputs = [new_output("stream", name="stdout", text="saved\n")]
     check.source, check.metadata["tags"] = "print('Exercise 9.1: passed')", ["nbval-skip"]
     exercises = find_exercises(solution)
-    nb = grader.grading_notebook(solution, exercises, grader.learner_exercise_cells(learner, solution, exercises))
+    nb = runner.grading_notebook(solution, exercises, runner.learner_exercise_cells(learner, solution, exercises))
     assert [c.source.split("\n")[0] for c in nb.cells] == [
         "import numpy as np", "", "from attnlab.exercises import check", "def square(x):",
         "from attnlab.exercises import check"]  # markdown and the cell after the last check are left out
@@ -158,9 +158,9 @@ def test_a_deleted_exercise_cell_is_left_out_with_its_check():
     learner = learner_notebook(solution, "09_tiny")
     del learner.cells[4]  # exercise 9.2
     exercises = find_exercises(solution)
-    cells = grader.learner_exercise_cells(learner, solution, exercises)
+    cells = runner.learner_exercise_cells(learner, solution, exercises)
     assert cells["9.2"] is None
-    nb = grader.grading_notebook(solution, exercises, cells)
+    nb = runner.grading_notebook(solution, exercises, cells)
     assert [c.metadata.get("attnlab", {}).get("exercise") for c in nb.cells] == [None, "9.1", "9.1"]
 
 
@@ -170,7 +170,7 @@ def test_exercise_cells_are_found_by_cell_id_when_their_metadata_is_lost():
     for cell in learner.cells:
         cell.metadata = {}
     learner.cells[2].source = "def double(x):\n    return x + x"
-    cells = grader.learner_exercise_cells(learner, solution, find_exercises(solution))
+    cells = runner.learner_exercise_cells(learner, solution, find_exercises(solution))
     assert cells["9.1"].source == "def double(x):\n    return x + x" and cells["9.2"] is not None
 
 
@@ -180,23 +180,23 @@ def test_the_solution_is_found_from_metadata_file_name_or_exercise_ids(tmp_path)
     for name in ("02_masks.ipynb", "09_tiny.ipynb"):
         nbformat.write(_solution(), solutions / name)
     learner = learner_notebook(_solution(), "09_tiny")
-    assert grader.find_solution(learner, tmp_path / "anything.ipynb", solutions).name == "09_tiny.ipynb"
+    assert runner.find_solution(learner, tmp_path / "anything.ipynb", solutions).name == "09_tiny.ipynb"
     del learner.metadata["attnlab"]
-    assert grader.find_solution(learner, tmp_path / "02_masks.ipynb", solutions).name == "02_masks.ipynb"
-    assert grader.find_solution(learner, tmp_path / "02_masks_alice.ipynb", solutions).name == "02_masks.ipynb"
-    assert grader.find_solution(learner, tmp_path / "alice.ipynb", solutions).name == "09_tiny.ipynb"  # ids 9.k
+    assert runner.find_solution(learner, tmp_path / "02_masks.ipynb", solutions).name == "02_masks.ipynb"
+    assert runner.find_solution(learner, tmp_path / "02_masks_alice.ipynb", solutions).name == "02_masks.ipynb"
+    assert runner.find_solution(learner, tmp_path / "alice.ipynb", solutions).name == "09_tiny.ipynb"  # ids 9.k
     learner.cells = []
-    with pytest.raises(grader.SubmissionError, match="no solution notebook"):
-        grader.find_solution(learner, tmp_path / "alice.ipynb", solutions)
+    with pytest.raises(runner.SubmissionError, match="no solution notebook"):
+        runner.find_solution(learner, tmp_path / "alice.ipynb", solutions)
 
 
 @pytest.mark.parametrize("content", [b"", b"hello", b"\x89PNG\r\n\x1a\n\x00\x00", b'{"cells": [', b'{"a": 1}', b"[]"])
 def test_a_file_that_is_not_a_notebook_is_a_submission_error(tmp_path, content):
     path = tmp_path / "alice.ipynb"
     path.write_bytes(content)
-    with pytest.raises(grader.SubmissionError, match="not a notebook"):
-        grader.read_submission(path)
-    report = grader.grade(path, tmp_path)
+    with pytest.raises(runner.SubmissionError, match="not a notebook"):
+        runner.read_submission(path)
+    report = runner.grade(path, tmp_path)
     assert report.problem.startswith("not a notebook") and not report.passed
 
 
@@ -233,7 +233,7 @@ def test_nbval_records_map_to_results():
         _record(13, ok=False, message="Cell execution caused an exception", outputs=[_error("NameError", "np")]),
     ]
     ids = [f"9.{k}" for k in range(1, 7)]
-    results, notes, culprit = grader._read_records(records, ids, timeout=5)
+    results, notes, culprit = runner._read_records(records, ids, timeout=5)
     assert culprit is None and len(notes) == 1 and "not an exercise failed" in notes[0] and "NameError" in notes[0]
     assert [results[e].status for e in ids] == ["failed", "error", "not attempted", "failed", "timed out", "passed"]
     assert results["9.1"].message.startswith("wrong\n  expected: 1")
@@ -245,7 +245,7 @@ def test_nbval_records_map_to_results():
 def test_a_kernel_that_does_not_start_is_a_grading_problem_not_the_learners():
     records = [dict(_record(0, "9.1", "solution", False, "RuntimeError: Kernel died before replying"), when="setup")]
     with pytest.raises(RuntimeError, match="nbval could not run the notebook"):
-        grader._read_records(records, ["9.1"], timeout=5)
+        runner._read_records(records, ["9.1"], timeout=5)
 
 
 def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercise(tmp_path, monkeypatch):
@@ -269,7 +269,7 @@ def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercis
         return [_record(0), _record(1, "9.2", "solution"), _record(2, "9.2", "check")]
 
     monkeypatch.setattr(grader, "run_nbval", fake_run_nbval)
-    report = grader.grade(submission, solution_dir)
+    report = runner.grade(submission, solution_dir)
     assert runs == [["9.1", "9.2"], ["9.2"]]
     assert [(r.exercise, r.status) for r in report.results] == [("9.1", "timed out"), ("9.2", "passed")]
     assert "could not be interrupted" in report.results[0].message
@@ -279,13 +279,13 @@ def test_single_notebook_exit_status_is_0_only_when_every_exercise_passed(tmp_pa
     path = tmp_path / "alice.ipynb"
     path.write_text("{}")
     outcomes = {
-        0: [grader.Result("9.1", "passed"), grader.Result("9.2", "passed")],
-        1: [grader.Result("9.1", "passed"), grader.Result("9.2", "not attempted")],
+        0: [runner.Result("9.1", "passed"), runner.Result("9.2", "passed")],
+        1: [runner.Result("9.1", "passed"), runner.Result("9.2", "not attempted")],
     }
     for expected_status, results in outcomes.items():
-        monkeypatch.setattr(grader, "grade", lambda *a, r=results: grader.Report(path, "09_tiny", r))
-        assert grader.main([str(path), "--solutions", str(tmp_path)]) == expected_status
-    monkeypatch.setattr(grader, "grade", lambda *a: grader.Report(path, problem="not a notebook (bad JSON)"))
-    assert grader.main([str(path), "--solutions", str(tmp_path)]) == 2
+        monkeypatch.setattr(grader, "grade", lambda *a, r=results: runner.Report(path, "09_tiny", r))
+        assert cli.main([str(path), "--solutions", str(tmp_path)]) == expected_status
+    monkeypatch.setattr(grader, "grade", lambda *a: runner.Report(path, problem="not a notebook (bad JSON)"))
+    assert cli.main([str(path), "--solutions", str(tmp_path)]) == 2
     assert "cannot grade: not a notebook" in capsys.readouterr().out
 

@@ -6,6 +6,12 @@ raises ``NotImplementedError``), and on a wrong answer raises :class:`ExerciseFa
 was got, and a hint. Any other exception comes from the learner's own code and is left to propagate.
 
 The checkers of notebook ``NN`` live in ``attnlab.exercises.nbNN`` and register themselves with :func:`exercise`.
+
+A checker is a function of the learner's answer only. It calls that answer with plain data (numbers, strings, numpy
+arrays of numeric or bool dtype, tuples and lists of them, or a callable that the answer may call back) and judges
+what comes back, so that the grader can run it in a process of its own and reach the learner's function through a
+narrow interface. Every random input comes from :func:`seeded`: fixed when a learner checks their own work, drawn
+from a secret seed per grading when the grader runs the checker.
 """
 
 from __future__ import annotations
@@ -14,23 +20,44 @@ import importlib
 import pkgutil
 from typing import Callable
 
+import numpy as np
+
 _REGISTRY: dict[str, Callable] = {}
+_FORBIDS: dict[str, tuple[str, ...]] = {}
+_SECRET: int | None = None  # set only by the grader's trusted side, never in a learner's kernel
 
 
 class ExerciseFailed(AssertionError):
     """A learner's answer is wrong; the message says what was expected, what was got, and a hint."""
 
 
-def exercise(exercise_id: str):
-    """Register the decorated function as the checker of ``exercise_id`` (e.g. ``"2.1"``)."""
+def exercise(exercise_id: str, forbids: tuple[str, ...] = ()):
+    """Register the decorated function as the checker of ``exercise_id`` (e.g. ``"2.1"``).
+
+    ``forbids`` names the ``attnlab`` functions that the exercise asks the learner to write themselves (e.g.
+    ``("attnlab.causal_mask",)``): an answer that calls one of them fails, with a message naming it.
+    """
 
     def register(checker: Callable) -> Callable:
         if exercise_id in _REGISTRY and _REGISTRY[exercise_id] is not checker:
             raise ValueError(f"exercise {exercise_id} is registered twice")
         _REGISTRY[exercise_id] = checker
+        _FORBIDS[exercise_id] = tuple(forbids)
         return checker
 
     return register
+
+
+def seeded(seed: int) -> np.random.Generator:
+    """The generator a checker draws random inputs from: ``default_rng(seed)`` when a learner checks their own work,
+    mixed with a secret seed when the grader checks, so that no answer can be precomputed from this source."""
+    return np.random.default_rng(seed if _SECRET is None else [seed, _SECRET])
+
+
+def forbidden(exercise_id: str) -> tuple[str, ...]:
+    """The ``attnlab`` functions exercise ``exercise_id`` asks the learner to write themselves."""
+    _load_all()
+    return _FORBIDS.get(exercise_id, ())
 
 
 def _load_all() -> None:

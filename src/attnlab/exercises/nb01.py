@@ -17,7 +17,7 @@ import numpy as np
 
 from ..attention import attention
 from ..softmax import softmax
-from . import exercise, fail
+from . import exercise, fail, seeded
 
 RTOL, ATOL = 1e-6, 1e-9
 
@@ -134,7 +134,7 @@ _BIG = np.array([1000.0, 999.0, 0.0])
 _MIXED = np.array([[1000.0, 999.0, 0.0],
                    [-1000.0, -1001.0, -1002.0],
                    [0.0, 0.0, 0.0]])  # rows of very different sizes: one global max is not enough
-_CUBE = np.random.default_rng(101).normal(0.0, 3.0, size=(2, 3, 5))
+_CUBE = seeded(101).normal(0.0, 3.0, size=(2, 3, 5))
 
 _KEEPDIMS_HINT = ("without keepdims=True a reduction over axis=-1 of an (n, n) array has shape (n,), which broadcasts "
                   "along the LAST axis, so row j's max or sum is applied to column j: use "
@@ -208,7 +208,7 @@ def check_stable_softmax(stable_softmax) -> None:
 # --------------------------------------------------------------------------------------- 1.2 single-head attention
 
 _T, _S, _D, _DV = 3, 5, 4, 6  # all different, so that every wrong dimension gives a different scale
-_rng = np.random.default_rng(12)
+_rng = seeded(12)
 _Q, _K, _V = _rng.normal(size=(_T, _D)), _rng.normal(size=(_S, _D)), _rng.normal(size=(_S, _DV))
 
 _D_K_HINT = (f"d_k is the width of the queries and keys, q.shape[-1] (here {_D}); in a multi-head layer it is the "
@@ -319,8 +319,8 @@ _TRAP_KEYS = np.array([[1.0, 0.0, 0.0],
                        [0.0, 0.0, 1.0]])  # key 1 is longer and close in direction to key 0
 _STEER_CASES = (
     (_TRAP_KEYS, 0),
-    (np.random.default_rng(7).normal(size=(4, 6)), 2),
-    (np.random.default_rng(8).normal(size=(5, 5)), 4),
+    (seeded(7).normal(size=(4, 6)), 2),
+    (seeded(8).normal(size=(5, 5)), 4),
 )
 MIN_WEIGHT = 0.99
 

@@ -19,7 +19,7 @@ import numpy as np
 from ..attention import attention
 from ..masks import causal_mask
 from ..softmax import softmax
-from . import exercise, fail
+from . import exercise, fail, seeded
 
 
 def _rows(mask: np.ndarray) -> str:
@@ -118,7 +118,7 @@ def check_my_causal_mask(my_causal_mask) -> None:
 
 def _masked_cases():
     """Fixed inputs: the first has one row with no allowed key (a left-padded, causal batch); the second huge scores."""
-    rng = np.random.default_rng(22)
+    rng = seeded(22)
     T, S, D, Dv = 4, 6, 8, 5
     q = rng.standard_normal((T, D))  # (T, D)
     k = rng.standard_normal((S, D))  # (S, D)
@@ -248,7 +248,7 @@ def _reference_influence(attend, x: np.ndarray) -> np.ndarray:
 
 def _layers():
     """Fixed one-head layers to test against: correct causal, off by one, a leak of about 1e-11, and no mask."""
-    rng = np.random.default_rng(23)
+    rng = seeded(23)
     D = 6
     W_q, W_k, W_v = rng.standard_normal((3, D, D)) / np.sqrt(D)  # (D, D) each
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..softmax import softmax
-from . import exercise, fail
+from . import exercise, fail, seeded
 
 # ------------------------------------------------------------------------------------------------------------- helpers
 
@@ -176,7 +176,7 @@ _SCORE_CASES = ((None, None, 5, 7, 9), (None, 4, 5, 7, 16), (2, 3, 5, 7, 16))
 @exercise("3.3")
 def check_scaled_scores(scaled_scores) -> None:
     """``scaled_scores(q, k)`` must return ``q kᵀ / √D`` of shape ``(..., T, S)`` for q ``(..., T, D)``."""
-    rng = np.random.default_rng(303)
+    rng = seeded(303)
     for B, H, T, S, D in _SCORE_CASES:
         lead = tuple(n for n in (B, H) if n is not None)
         q = rng.standard_normal((*lead, T, D))  # (..., T, D)

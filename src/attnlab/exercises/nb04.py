@@ -19,7 +19,7 @@ from ..attention import attention
 from ..cost import BYTES_PER_ELEMENT, GiB, kv_cache_bytes
 from ..heads import split_heads
 from ..softmax import softmax
-from . import exercise, fail
+from . import exercise, fail, seeded
 
 
 def _as_array(got, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
@@ -56,7 +56,7 @@ def _wrong_axis_attention(q, k, v):
 
 @exercise("4.1")
 def check_gqa_attention(gqa_attention) -> None:
-    rng = np.random.default_rng(41)
+    rng = seeded(41)
     # the first case has 1 < Hkv < H and T != S, so that every classic mistake shows; then MHA and MQA
     for H, Hkv, T, S, D in ((6, 2, 4, 5, 8), (4, 4, 3, 3, 4), (4, 1, 2, 6, 4)):
         q = rng.standard_normal((H, T, D))  # (H, T, D)

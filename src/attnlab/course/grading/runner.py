@@ -24,9 +24,7 @@ Learner code runs with the privileges of whoever runs the grader: grade untruste
 
 from __future__ import annotations
 
-import argparse
 import copy
-import csv
 import json
 import os
 import re
@@ -41,7 +39,7 @@ from pathlib import Path
 
 import nbformat
 
-from .authoring import (
+from ..authoring import (
     Exercise,
     FormatError,
     cell_role,
@@ -203,7 +201,7 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         ini.write_text("[pytest]\n")
         command = [
             sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(tmp),
-            "-p", "nbval.plugin", "-p", "attnlab._nbval_hooks", "-p", "no:cacheprovider",
+            "-p", "nbval.plugin", "-p", "attnlab.course.grading.nbval_hooks", "-p", "no:cacheprovider",
             "--nbval", "--nbval-current-env", f"--nbval-cell-timeout={timeout:g}",
             f"--attnlab-setup-timeout={setup_timeout:g}", f"--attnlab-record={record}",
             "-q", "--no-header", "-p", "no:warnings", str(notebook),
@@ -383,26 +381,6 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT) -> Report:
     return report
 
 
-# --- reporting ---------------------------------------------------------------------------------------------------
-
-
-def format_report(report: Report) -> str:
-    """The per-exercise table printed by ``attnlab-check``."""
-    lines = [f"{report.path}" + (f"  (notebook {report.notebook})" if report.notebook else "")]
-    if report.problem:
-        return "\n".join(lines + [f"  cannot grade: {report.problem}"])
-    width = max([len("exercise")] + [len(r.exercise) for r in report.results])
-    lines.append(f"  {'exercise':<{width}}  {'result':<13}  details")
-    for r in report.results:
-        message = r.message.splitlines() or [""]
-        lines.append(f"  {r.exercise:<{width}}  {r.status:<13}  {message[0]}".rstrip())
-        lines += [f"  {'':<{width}}  {'':<13}  {m}".rstrip() for m in message[1:]]
-    lines += [f"  note: {n}" for n in report.notes]
-    n_passed = sum(r.status == "passed" for r in report.results)
-    lines.append(f"{n_passed} of {len(report.results)} exercises passed.")
-    return "\n".join(lines)
-
-
 def available_cores() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -429,92 +407,3 @@ def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs
     return [reports[p] for p in paths]
 
 
-def _exercise_key(ex_id: str):
-    return tuple(int(p) for p in ex_id.split("."))
-
-
-def write_csv(reports: list[Report], path) -> None:
-    """One row per learner (the file name without its suffix), one column per exercise."""
-    exercises = sorted({r.exercise for rep in reports for r in rep.results}, key=_exercise_key)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["learner", "file", "notebook", "passed", "total", *exercises, "details"])
-        for rep in reports:
-            status = {r.exercise: r.status for r in rep.results}
-            details = [f"{r.exercise} {r.status}: {r.message.splitlines()[0]}" for r in rep.results
-                       if r.status != "passed" and r.message]
-            details = [rep.problem] if rep.problem else details + rep.notes
-            writer.writerow([rep.path.stem, rep.path.name, rep.notebook,
-                             sum(r.status == "passed" for r in rep.results), len(rep.results),
-                             *(status.get(e, "") for e in exercises), " | ".join(details)])
-
-
-def format_summary(reports: list[Report], seconds: float, jobs: int) -> str:
-    """Counts per exercise and status, then the files that could not be graded."""
-    graded = [r for r in reports if not r.problem]
-    exercises = sorted({r.exercise for rep in graded for r in rep.results}, key=_exercise_key)
-    lines = [f"Graded {len(graded)} of {len(reports)} submissions in {seconds:.0f} s ({jobs} at a time)."]
-    if exercises:
-        width = max(len("exercise"), *(len(e) for e in exercises))
-        lines.append(f"  {'exercise':<{width}}" + "".join(f"  {s:>13}" for s in STATUSES))
-        for e in exercises:
-            counts = [sum(r.exercise == e and r.status == s for rep in graded for r in rep.results) for s in STATUSES]
-            lines.append(f"  {e:<{width}}" + "".join(f"  {c:>13}" for c in counts))
-        lines.append(f"All exercises passed: {sum(r.passed for r in graded)} of {len(graded)} learners.")
-    for rep in reports:
-        if rep.problem:
-            lines.append(f"Could not grade {rep.path.name}: {rep.problem}")
-    return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="attnlab-check",
-        description="Check the exercises of a learner notebook against its solution notebook, through nbval.",
-        epilog="Learner code runs with your privileges: grade untrusted submissions in a container (see README).",
-    )
-    parser.add_argument("notebook", nargs="?", type=Path, help="the learner notebook to check")
-    parser.add_argument("--batch", type=Path, metavar="DIR", help="grade every file in DIR (one per learner)")
-    parser.add_argument("--csv", type=Path, metavar="FILE", help="with --batch: write the results to this CSV file")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds each exercise cell and check may run (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--jobs", type=int, default=None, help="with --batch: submissions graded at once "
-                                                               "(default: the available cores)")
-    parser.add_argument("--solutions", type=Path, default=None, metavar="DIR",
-                        help="the solution notebooks (default: notebooks/solutions of this repository)")
-    args = parser.parse_args(argv)
-    if (args.notebook is None) == (args.batch is None):
-        parser.error("give one learner notebook, or --batch DIR")
-    if args.csv and not args.batch:
-        parser.error("--csv needs --batch")
-    if args.timeout <= 0:
-        parser.error("--timeout must be positive")
-    solutions = args.solutions or default_solutions_dir()
-    if not solutions.is_dir():
-        parser.error(f"no solution notebooks in {solutions}; pass --solutions DIR")
-
-    if args.notebook is not None:
-        if not args.notebook.is_file():
-            parser.error(f"{args.notebook} is not a file")
-        report = grade(args.notebook, solutions, args.timeout)
-        print(format_report(report))
-        return 2 if report.problem else (0 if report.passed else 1)
-
-    if not args.batch.is_dir():
-        parser.error(f"{args.batch} is not a folder")
-    paths = sorted(p for p in args.batch.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not paths:
-        parser.error(f"no files in {args.batch}")
-    jobs = args.jobs or available_cores()
-    start = time.monotonic()
-    reports = grade_many(paths, solutions, args.timeout, jobs)
-    if args.csv:
-        write_csv(reports, args.csv)
-    print(format_summary(reports, time.monotonic() - start, jobs))
-    if args.csv:
-        print(f"Results written to {args.csv}")
-    return 1 if any(r.problem for r in reports) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Authoring tools: learner notebooks generated from the solution notebooks, and re-execution in place.
 
-    python -m attnlab.authoring learner notebooks/solutions/*.ipynb   # write notebooks/NN_topic.ipynb
-    python -m attnlab.authoring verify [notebooks/solutions/*.ipynb]  # exit 1 if a learner notebook is out of date
-    python -m attnlab.authoring execute NOTEBOOK...                    # re-run in a fresh kernel, outputs in place
+    python -m attnlab.course.authoring learner notebooks/solutions/*.ipynb   # write notebooks/NN_topic.ipynb
+    python -m attnlab.course.authoring verify [notebooks/solutions/*.ipynb]  # exit 1 if a learner notebook is out of date
+    python -m attnlab.course.authoring execute NOTEBOOK...                    # re-run in a fresh kernel, outputs in place
 
 The solution notebook ``notebooks/solutions/NN_topic.ipynb`` is the source of truth. Each "Try it" exercise is two
 consecutive code cells:
@@ -238,7 +238,7 @@ def default_solutions_dir() -> Path:
     (an editable install), else ``notebooks/solutions`` under the current directory."""
     if os.environ.get("ATTNLAB_SOLUTIONS"):
         return Path(os.environ["ATTNLAB_SOLUTIONS"])
-    repository = Path(__file__).resolve().parents[2] / "notebooks" / "solutions"
+    repository = Path(__file__).resolve().parents[3] / "notebooks" / "solutions"
     return repository if repository.is_dir() else Path.cwd() / "notebooks" / "solutions"
 
 
@@ -302,7 +302,7 @@ def _current_env_kernel_manager():
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.authoring", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnlab.course.authoring", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("learner", help="generate notebooks/NN_topic.ipynb from notebooks/solutions/NN_topic.ipynb")
     p.add_argument("solutions", nargs="+", type=Path)

@@ -1,0 +1,66 @@
+"""``attnlab-check``: the command line of the grader."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..authoring import default_solutions_dir
+from . import runner
+from .report import format_report, format_summary, write_csv
+from .runner import DEFAULT_TIMEOUT, available_cores
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="attnlab-check",
+        description="Check the exercises of a learner notebook against its solution notebook, through nbval.",
+        epilog="Learner code runs with your privileges: grade untrusted submissions in a container (see README).",
+    )
+    parser.add_argument("notebook", nargs="?", type=Path, help="the learner notebook to check")
+    parser.add_argument("--batch", type=Path, metavar="DIR", help="grade every file in DIR (one per learner)")
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="with --batch: write the results to this CSV file")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds each exercise cell and check may run (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--jobs", type=int, default=None, help="with --batch: submissions graded at once "
+                                                               "(default: the available cores)")
+    parser.add_argument("--solutions", type=Path, default=None, metavar="DIR",
+                        help="the solution notebooks (default: notebooks/solutions of this repository)")
+    args = parser.parse_args(argv)
+    if (args.notebook is None) == (args.batch is None):
+        parser.error("give one learner notebook, or --batch DIR")
+    if args.csv and not args.batch:
+        parser.error("--csv needs --batch")
+    if args.timeout <= 0:
+        parser.error("--timeout must be positive")
+    solutions = args.solutions or default_solutions_dir()
+    if not solutions.is_dir():
+        parser.error(f"no solution notebooks in {solutions}; pass --solutions DIR")
+
+    if args.notebook is not None:
+        if not args.notebook.is_file():
+            parser.error(f"{args.notebook} is not a file")
+        report = runner.grade(args.notebook, solutions, args.timeout)
+        print(format_report(report))
+        return 2 if report.problem else (0 if report.passed else 1)
+
+    if not args.batch.is_dir():
+        parser.error(f"{args.batch} is not a folder")
+    paths = sorted(p for p in args.batch.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not paths:
+        parser.error(f"no files in {args.batch}")
+    jobs = args.jobs or available_cores()
+    start = time.monotonic()
+    reports = runner.grade_many(paths, solutions, args.timeout, jobs)
+    if args.csv:
+        write_csv(reports, args.csv)
+    print(format_summary(reports, time.monotonic() - start, jobs))
+    if args.csv:
+        print(f"Results written to {args.csv}")
+    return 1 if any(r.problem for r in reports) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
