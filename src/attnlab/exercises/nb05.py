@@ -84,7 +84,7 @@ _ATTENTION_MISTAKES = {
 }
 
 
-@exercise("5.1")
+@exercise("5.1", forbids=('attnlab.attention_flops', 'attnlab.projection_flops'))
 def check_attention_layer_flops(attention_layer_flops) -> None:
     cases = [(512, 64), (100, 768), (3000, 4096)]  # S > d_model, S < d_model, a realistic width
     got_proj, got_attn, exp_proj, exp_attn = [], [], [], []
@@ -153,7 +153,7 @@ _MEMORY_MISTAKES = {
 }
 
 
-@exercise("5.2")
+@exercise("5.2", forbids=('attnlab.score_bytes',))
 def check_score_memory_bytes(score_memory_bytes) -> None:
     cases = [(32, 8192, 2), (12, 1000, 4), (6, 300, 1)]  # (H, S, bytes_per_element)
     got, expected = [], []
@@ -198,7 +198,7 @@ _CROSSOVER_MISTAKES = {
 }
 
 
-@exercise("5.3")
+@exercise("5.3", forbids=('attnlab.crossover_length', 'attnlab.attention_flops', 'attnlab.projection_flops'))
 def check_attention_crossover(attention_crossover) -> None:
     cases = [(4096, 32, 32, False), (4096, 32, 8, False), (4096, 32, 8, True), (768, 12, 12, True),
              (2048, 16, 1, False)]  # (d_model, H, Hkv, causal)
@@ -235,7 +235,7 @@ _INTENSITY_MISTAKES = {
 }
 
 
-@exercise("5.4")
+@exercise("5.4", forbids=('attnlab.decode_step_cost',))
 def check_decode_intensity(decode_intensity) -> None:
     cases = [(4096, 4096, 32, 32, 2), (8192, 4096, 32, 8, 2), (16384, 2048, 16, 1, 4), (5000, 1024, 8, 2, 1)]
     got, expected = [], []

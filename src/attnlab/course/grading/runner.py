@@ -409,6 +409,12 @@ def _cell_result(ex_id: str, rec: dict, timeout: float, in_check: bool) -> Resul
     if in_check and stdout == not_attempted_line(ex_id) and not stderr:
         return Result(ex_id, "not attempted")
     if in_check and rec["message"].startswith("Cell outputs differ"):
+        extra = (stdout.replace(passed_line(ex_id), "") + stderr).strip()
+        if passed_line(ex_id) in stdout or not_attempted_line(ex_id) in stdout:
+            verdict = "the answer is right" if passed_line(ex_id) in stdout else "the function is not written yet"
+            return Result(ex_id, "failed", f"{verdict}, but your function printed or warned while it was checked; "
+                                           f"a check must print only {passed_line(ex_id).strip()!r}. It printed:\n"
+                                           f"{extra}")
         return Result(ex_id, "failed", f"the check printed {stdout.strip()!r} instead of "
                                        f"{passed_line(ex_id).strip()!r}")
     return Result(ex_id, "error", rec["message"].strip().splitlines()[0] if rec["message"].strip() else "failed")
@@ -477,7 +483,8 @@ def _read_records(run, pending: list[str], timeout: float):
             result = _trusted_result(ex_id, verdict, check_rec, timeout)
         elif check_rec is not None:
             result = _cell_result(ex_id, check_rec, timeout, in_check=True)
-            if run.trusted and result.status in ("passed", "not attempted"):
+            if run.trusted and (result.status in ("passed", "not attempted")
+                                or check_rec["message"].startswith("Cell outputs differ")):
                 result = Result(ex_id, "failed", _NO_VERDICT)  # whatever the kernel printed, nobody judged it
         elif ex_id == culprit:
             result = Result(ex_id, "error", "the kernel died while running your code (did it call exit(), or use "

@@ -176,6 +176,10 @@ def defined_names(sources) -> set[str]:
                 names.add(node.id)
             elif isinstance(node, ast.arg):
                 names.add(node.arg)
+            elif isinstance(node, ast.Import):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] != "attnlab":
+                names.update(a.asname or a.name for a in node.names)
     return names
 
 
