@@ -48,6 +48,7 @@ learner: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/grading.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info

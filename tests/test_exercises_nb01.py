@@ -98,10 +98,13 @@ def test_1_1_passes(fn, capsys):
     assert capsys.readouterr().out == "Exercise 1.1: passed\n"
 
 
-def test_1_1_passes_with_attnlab():
+def test_1_1_the_checker_accepts_the_reference_but_not_as_an_answer():
     import attnlab
+    from attnlab.exercises import ExerciseFailed, checker
 
-    check("1.1", attnlab.softmax)
+    checker("1.1")(attnlab.softmax)
+    with pytest.raises(ExerciseFailed, match="asks you to write this yourself; attnlab.softmax is the reference"):
+        check("1.1", attnlab.softmax)
 
 
 @pytest.mark.parametrize("fn, message", [

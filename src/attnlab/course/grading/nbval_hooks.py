@@ -53,10 +53,13 @@ def _output(out) -> dict:
     return {"output_type": kind, "text": _short(str(out.get("data", {}).get("text/plain", "")))}
 
 
+_lock = threading.Lock()
+
+
 def _write(record: dict) -> None:
     path = _state.get("record")
     if path:
-        with open(path, "a", encoding="utf-8") as f:
+        with _lock, open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
 
@@ -86,6 +89,7 @@ def _sandboxed_kernel_starter(grading: dict):
                                     transport="ipc", ip=str(runtime / "k"),
                                     connection_file=str(runtime / "kernel.json"))
         km.start_kernel(**kwargs)
+        _state["km"] = km
         kc = km.client()
         kc.start_channels()
         try:
@@ -121,12 +125,20 @@ def pytest_configure(config):
         grading["socket"] = f"tcp:{listener.getsockname()[1]}"
     listener.listen(8)
     _state.update(grading=grading, listener=listener)
-    if grading.get("sandbox_config"):
-        import nbval.kernel
+    import nbval.kernel
 
+    if grading.get("sandbox_config"):
         nbval.kernel.start_new_kernel = _sandboxed_kernel_starter(grading)
     else:
         os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
+        original = nbval.kernel.start_new_kernel
+
+        def start(*args, **kwargs):
+            km, kc = original(*args, **kwargs)
+            _state["km"] = km
+            return km, kc
+
+        nbval.kernel.start_new_kernel = start
 
 
 # --- judging a check cell ----------------------------------------------------------------------------------------
@@ -168,7 +180,21 @@ def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
             verdict = trusted.judge(exercise_id, conn, timeout, grading["sources"].get(exercise_id, ""),
                                     set(grading.get("own_names", [])))
         result["verdict"] = verdict
+        _write({"kind": "verdict", "exercise": exercise_id, "status": verdict.status, "message": verdict.message})
         trusted.tell_kernel(conn, verdict, grading["tokens"][exercise_id])
+    if verdict.status == "timed out" and not result["done"].wait(timeout=8):
+        _kill_kernel()  # nbval's interrupt did not end the cell (SIGINT ignored?): stop the kernel, the run goes on
+
+
+def _kill_kernel() -> None:
+    import signal
+
+    process = getattr(getattr(_state.get("km"), "provisioner", None), "process", None)
+    if process is not None and process.poll() is None:
+        try:
+            os.kill(process.pid, signal.SIGKILL)  # the sandbox's bubblewrap: its PID namespace goes with it
+        except OSError:
+            pass
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -187,7 +213,7 @@ def pytest_runtest_call(item):
         # the trusted deadline fires first; nbval interrupts the kernel a little later
         option.nbval_cell_timeout = exercise_timeout + 2
         _drain(_state["listener"])
-        result: dict = {}
+        result: dict = {"done": threading.Event()}
         judging = (threading.Thread(target=_judge_one, args=(meta["exercise"], exercise_timeout, result),
                                     daemon=True), result, time.monotonic())
         judging[0].start()
@@ -197,11 +223,8 @@ def pytest_runtest_call(item):
         option.nbval_cell_timeout = exercise_timeout
         if judging is not None:
             thread, result, start = judging
+            result["done"].set()
             thread.join(timeout=max(0.0, exercise_timeout + 5 - (time.monotonic() - start)))
-            verdict = result.get("verdict")
-            _write({"kind": "verdict", "exercise": meta["exercise"],
-                    "status": verdict.status if verdict else None,
-                    "message": verdict.message if verdict else ""})
 
 
 @pytest.hookimpl(hookwrapper=True)
