@@ -13,7 +13,7 @@ import contextlib
 import csv
 import hashlib
 import io
-import os
+import json
 import re
 from pathlib import Path
 
@@ -57,9 +57,9 @@ def _malformed(folder: Path) -> None:
     """Files that are notebooks in name only, and a learner notebook with hostile names and a huge cell."""
     nb, exercises = _learner_02()
     raw = nbformat.writes(nb)
-    # a source that is a number, not text
-    broken = raw.replace('"source": "def my_causal_mask', '"source": 12345, "x": "def my_causal_mask', 1)
-    (folder / "02-source_not_text.ipynb").write_text(broken)
+    broken = json.loads(raw)
+    broken["cells"][exercises[0].exercise_cell]["source"] = {"not": "text"}  # a source that is not text
+    (folder / "02-source_not_text.ipynb").write_text(json.dumps(broken))
     (folder / "02-cells_not_a_list.ipynb").write_text('{"cells": {"a": 1}, "metadata": {}, "nbformat": 4, '
                                                       '"nbformat_minor": 5}')
     (folder / "02-deep.ipynb").write_text('{"cells": ' + "[" * 100_000 + "]" * 100_000 + "}")
@@ -116,7 +116,7 @@ def test_each_attack_gets_the_expected_verdict(attacked, file_name):
     assert report.problem == "", report.problem
     got = {r.exercise: r for r in report.results}
     for ex_id, (status, *words) in sub.expected(_exercise_ids()).items():
-        assert got[ex_id].status == status, f"{sub.spec['about']}: {ex_id} {got[ex_id]}"
+        assert got[ex_id].status in status.split("|"), f"{sub.spec['about']}: {ex_id} {got[ex_id]}"
         for word in words:
             assert word in got[ex_id].message, f"{ex_id}: {word!r} not in {got[ex_id].message!r}"
     assert not any(r.status == "passed" for r in report.results), "no attack passes an exercise it did not solve"

@@ -178,3 +178,32 @@ def test_the_sandbox_command_isolates_and_hides_the_course_tooling(tmp_path):
     assert hidden.endswith("attnlab/course") and args[args.index(hidden) - 1] == "--tmpfs"
     assert "/work" not in args and "/root" not in args, "only the folders the kernel needs are bound"
     assert all(not path.endswith("notebooks/solutions") for path in args)
+
+
+def _masked_attention(q, k, v, mask, *, scribble=False):
+    scores = np.where(mask, q @ k.T / np.sqrt(q.shape[-1]), -np.inf)  # (T, S)
+    top = scores.max(axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    weights = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    if scribble:
+        q[...] = 0.0
+    return weights @ v, weights
+
+
+def test_an_edit_of_the_inputs_reported_from_the_kernel_only_ever_fails_a_pass():
+    assert _judge_against(_masked_attention, "2.2")[0].status == "passed"
+    verdict, _ = _judge_against(lambda *a: _masked_attention(*a, scribble=True), "2.2")
+    assert verdict.status == "failed" and "changed its argument number 1 in place" in verdict.message
+
+
+def test_a_message_dripped_byte_by_byte_cannot_outlast_the_deadline():
+    import time
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"\x00\x00")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            _wire.recv(b, deadline=time.monotonic() + 0.3)
+        assert time.monotonic() - start < 1.0

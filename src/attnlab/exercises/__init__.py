@@ -87,11 +87,14 @@ def check(exercise_id: str, answer) -> None:
     if address:
         _agent.serve(exercise_id, answer, address)
         return
+    local = _agent.LocalAnswer(exercise_id, answer, _FORBIDS[exercise_id])
     try:
-        _REGISTRY[exercise_id](_agent.LocalAnswer(exercise_id, answer, _FORBIDS[exercise_id]))
+        _REGISTRY[exercise_id](local)
     except NotImplementedError:
         print(f"Exercise {exercise_id}: not attempted yet")
         return
+    if local.mutated:
+        raise ExerciseFailed(_agent.mutated_message(local.mutated[0]))
     print(f"Exercise {exercise_id}: passed")
 
 

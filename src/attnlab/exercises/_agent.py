@@ -96,6 +96,11 @@ def forbidden_message(exercise_id: str, dotted: str) -> str:
             f"compares your function with. Write it with numpy (you may look at what {dotted} does, then close it).")
 
 
+def mutated_message(position: int) -> str:
+    return (f"your function changed its argument number {position + 1} in place; code that calls it would find its "
+            "own arrays changed. Work on a copy (x = x.copy()) or build new arrays.")
+
+
 # --- self-check -------------------------------------------------------------------------------------------------
 
 
@@ -106,6 +111,7 @@ class LocalAnswer:
     def __init__(self, exercise_id: str, answer, forbids):
         self.exercise_id, self.answer = exercise_id, answer
         self.tripwires = Tripwires(forbids)
+        self.mutated: list[int] = []
 
     def __call__(self, *args, **kwargs):
         from . import ExerciseFailed
@@ -117,10 +123,15 @@ class LocalAnswer:
             return call
 
         args = tuple(unwatched(a) if callable(a) and not isinstance(a, np.ndarray) else a for a in args)
+        before = [a.copy() if isinstance(a, np.ndarray) else None for a in args]
         with self.tripwires.watching():
             result = self.answer(*args, **kwargs)
         if self.tripwires.hits:
             raise ExerciseFailed(forbidden_message(self.exercise_id, self.tripwires.hits[0]))
+        for i, (old, new) in enumerate(zip(before, args)):
+            if old is not None and (old.shape != new.shape or not np.array_equal(
+                    old, new, equal_nan=old.dtype.kind in "fc")) and i not in self.mutated:
+                self.mutated.append(i)
         return result
 
 
@@ -244,4 +255,4 @@ def grading_address() -> str | None:
     return os.environ.get("ATTNLAB_CHECK_SOCKET") or None
 
 
-__all__ = ["LocalAnswer", "Tripwires", "forbidden_message", "grading_address", "serve"]
+__all__ = ["LocalAnswer", "Tripwires", "forbidden_message", "grading_address", "mutated_message", "serve"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import time
 
 import numpy as np
 
@@ -102,9 +103,14 @@ def send(sock, message: dict) -> None:
     sock.sendall(_HEADER.pack(len(body)) + body)
 
 
-def _recv_exact(sock, n: int) -> bytes:
+def _recv_exact(sock, n: int, deadline: float | None) -> bytes:
     chunks, got = [], 0
     while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no complete message before the deadline")
+            sock.settimeout(remaining)
         chunk = sock.recv(min(n - got, 1 << 20))
         if not chunk:
             raise ConnectionError("the other side closed the connection")
@@ -113,13 +119,14 @@ def _recv_exact(sock, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv(sock) -> dict:
-    """Receive one message; WireError if it is too large or not a JSON object."""
-    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+def recv(sock, deadline: float | None = None) -> dict:
+    """Receive one message, whole before ``deadline`` (``time.monotonic()``) if given, else TimeoutError;
+    WireError if it is too large or not a JSON object."""
+    (size,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
     if size > MAX_FRAME:
         raise WireError(f"a message of {size:,} bytes (the limit is {MAX_FRAME:,})")
     try:
-        message = json.loads(_recv_exact(sock, size).decode("utf-8"))
+        message = json.loads(_recv_exact(sock, size, deadline).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise WireError(f"not a JSON message ({type(exc).__name__})") from None
     if not isinstance(message, dict):

@@ -20,7 +20,7 @@ import numpy as np
 
 from ... import exercises
 from ...exercises import ExerciseFailed, _wire
-from ...exercises._agent import forbidden_message
+from ...exercises._agent import forbidden_message, mutated_message
 
 
 @dataclass
@@ -68,15 +68,14 @@ class RemoteAnswer:
         self.conn, self.deadline = conn, deadline
         self.printed: list[str] = []
         self.forbidden: list[str] = []
+        self.mutated: list[int] = []  # positions of array arguments the learner's function changed in place
 
     def _recv(self) -> dict:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
+        if self.deadline - time.monotonic() <= 0:
             raise DeadlineExceeded
-        self.conn.settimeout(remaining)
         try:
-            return _wire.recv(self.conn)
-        except socket.timeout:
+            return _wire.recv(self.conn, self.deadline)  # the whole message by the deadline: no slow drip
+        except (socket.timeout, TimeoutError):
             raise DeadlineExceeded from None
         except (ConnectionError, OSError, _wire.WireError) as exc:
             raise KernelGone(str(exc)) from None
@@ -152,10 +151,12 @@ class RemoteAnswer:
         except _wire.WireError:
             after = None
         if isinstance(after, list) and len(after) == len(args):
-            for original, new in zip(args, after):
+            for i, (original, new) in enumerate(zip(args, after)):
                 if (isinstance(original, np.ndarray) and isinstance(new, np.ndarray) and original.flags.writeable
                         and new.shape == original.shape and new.dtype == original.dtype):
-                    np.copyto(original, new)
+                    if not np.array_equal(original, new, equal_nan=original.dtype.kind in "fc"):
+                        self.mutated.append(i)
+                        np.copyto(original, new)  # the checker sees the edit (and may name it itself)
 
 
 # --- calls of the reference, seen in the source -------------------------------------------------------------------
@@ -273,6 +274,8 @@ def judge(exercise_id: str, conn, timeout: float, source: str = "", own_names: s
         return Verdict(exercise_id, "error", f"the check could not finish ({type(exc).__name__}: {exc})")
     if answer.forbidden:
         return Verdict(exercise_id, "failed", forbidden_message(exercise_id, answer.forbidden[0]))
+    if answer.mutated:  # an edit reported from the kernel may only ever turn a pass into a failure
+        return Verdict(exercise_id, "failed", mutated_message(answer.mutated[0]))
     noise = "".join(answer.printed) + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
     if noise.strip():
         return Verdict(exercise_id, "failed", "the answer is right, but your function printed or warned while it "
