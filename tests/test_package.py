@@ -31,6 +31,17 @@ from test_environment import ROOT
 SOLUTIONS = authoring.solution_notebooks(ROOT / "notebooks" / "solutions")
 
 
+def copy_checkout(target: Path) -> Path:
+    """A copy of this checkout without its environment and build leftovers, as a fresh clone would have it (builds
+    write into the source tree, e.g. ``src/attnlab.egg-info``; in a copy, concurrent tests cannot collide there)."""
+    import shutil
+
+    junk = shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+                                  ".hypothesis", ".ipynb_checkpoints", "artifacts", "results")
+    shutil.copytree(ROOT, target, ignore=junk, symlinks=True)
+    return target
+
+
 def _env(**extra) -> dict:
     """The environment of a command run in a fresh venv: nothing that points back at this checkout."""
     env = {k: v for k, v in os.environ.items() if k not in ("ATTNLAB_SOLUTIONS", "PYTHONPATH", "VIRTUAL_ENV")
@@ -101,7 +112,8 @@ def attnlab_requirements(extra: str = "") -> list[str]:
 def built(tmp_path_factory):
     """``python -m build`` of this checkout: (wheel, sdist)."""
     out = tmp_path_factory.mktemp("dist")
-    result = run([sys.executable, "-m", "build", "--outdir", out, ROOT], cwd=out)
+    source = copy_checkout(tmp_path_factory.mktemp("checkout") / "attention-from-scratch")
+    result = run([sys.executable, "-m", "build", "--outdir", out, source], cwd=out)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (wheel,), (sdist,) = out.glob("attnlab-*.whl"), out.glob("attnlab-*.tar.gz")
     return wheel, sdist
