@@ -175,14 +175,15 @@ def test_the_colab_cells_install_command_installs_attnlab_from_a_wheel(built, tm
     fake_colab = ("import sys, types\n"
                   "output = types.ModuleType('google.colab.output')\n"
                   "output.enable_custom_widget_manager = lambda: print('custom widget manager enabled')\n"
-                  "colab = types.ModuleType('google.colab'); colab.output = output; sys.modules['google.colab'] = colab\n"
-                  "sys.modules['google.colab.output'] = output\n")
+                  "package = types.ModuleType('google.colab')\n"
+                  "package.output = output\n"
+                  "sys.modules.update({'google.colab': package, 'google.colab.output': output})\n")
     cell = colab.cell_source()
     assert colab.requirement() in cell
     result = run([python, "-c", fake_colab + cell.replace(colab.requirement(), str(built[0]))], cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "custom widget manager enabled"
-    check = run([python, "-c", "import attnlab, importlib.metadata as m; print(attnlab.__file__, m.version('attnlab'))"],
-                cwd=tmp_path)
+    code = "import attnlab, importlib.metadata as m; print(attnlab.__file__, m.version('attnlab'))"
+    check = run([python, "-c", code], cwd=tmp_path)
     module, version = check.stdout.split()
     assert Path(module).is_relative_to(tmp_path / "env") and version == distribution("attnlab").version

@@ -5,9 +5,10 @@
 
 On Colab, a notebook opened from GitHub arrives alone: no repository, no ``attnlab``. The Colab cell, run first,
 pip-installs ``attnlab`` from the course repository at this release's tag and turns on the widget manager Colab needs
-for the explorers (``google.colab.output.enable_custom_widget_manager()``). Anywhere else it only reads
-``sys.modules`` (Colab's kernel has imported ``google.colab`` before any cell runs), so it prints nothing, installs
-nothing and imports nothing: nbval, the grader and a JupyterLab learner never notice it.
+for the explorers (``google.colab.output.enable_custom_widget_manager()``). Anywhere else it only looks at
+``sys.modules`` (Colab's kernel has imported ``google.colab`` before any cell runs) and at the environment variable
+``COLAB_RELEASE_TAG`` (set on Colab's hosted runtimes), so it prints nothing, installs nothing and imports nothing
+new: nbval, the grader and a JupyterLab learner never notice it.
 
 Which version it installs: the tag ``v<version>`` of the repository named in pyproject.toml (``[project.urls]
 Repository``), where ``<version>`` is attnlab's version. A notebook cannot name the commit it is committed in, so
@@ -35,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[3]  # the repository, in an editable ins
 TEMPLATE = '''\
 # Google Colab only: install the course library, attnlab, at this notebook's release and turn on Colab's widget
 # manager for the explorers. Anywhere else (JupyterLab, Binder, a class hub) this cell does nothing.
+import os
 import sys
 
-if "google.colab" in sys.modules:
+if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
     import subprocess
 
     release = "{requirement}"
