@@ -11,10 +11,11 @@
    (``/lab``) with the ipywidgets extension and its JavaScript, the Notebook 7 page; and a kernel started through
    the server runs notebook 01's opening cells, then an explorer, which comes back as a widget.
 
-Steps 1-3 install about 150 packages from PyPI: about 2 minutes on two busy cores the first time. The environment
-is then kept, keyed by everything it is made from (repo2docker's version and lock file, environment.yml, Python),
-under ``$ATTNLAB_TEST_CACHE`` (default ``~/.cache/attnlab-tests``); later runs only re-run ``pip check``, postBuild
-and step 4 (about 30 s). Conda-only packages of the base (python, nodejs, C libraries) are not recreated: pip cannot
+Steps 1-3 install about 150 packages from PyPI, once: 7.7 minutes on the two development cores shared with a
+dozen other jobs (load average 16). The environments are then kept, keyed by everything they are made from
+(repo2docker's version and lock file, environment.yml, Python), under ``$ATTNLAB_TEST_CACHE`` (default
+``~/.cache/attnlab-tests``); later runs re-run ``--no-build``, ``pip check``, postBuild and step 4 only: 2.3 minutes
+at that load, most of it waiting for the CPU (30 s of CPU time). Conda-only packages of the base (python, nodejs, C libraries) are not recreated: pip cannot
 see them, and nothing of ours depends on them.
 """
 

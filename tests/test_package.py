@@ -2,7 +2,8 @@
 working ``attnlab`` and an ``attnlab-check`` that grades with the solution notebooks the wheel ships; and the Colab
 cell's install command installs that wheel.
 
-Speed: the wheel is built once per module (about 20 s: pip fetches setuptools for the isolated build). The fresh
+Speed: the wheel is built once per module (pip fetches setuptools for the isolated build); the module takes 80 s on
+two cores shared with a dozen other jobs, 20 s of it CPU time. The fresh
 environments get their dependencies without downloading them: every distribution that ``attnlab[grade]`` needs
 (followed recursively through the requirements, nothing else) is linked from the environment running the tests into
 a folder that the fresh environment's ``.pth`` file names. A package missing from the ``grade`` extra is therefore
