@@ -15,7 +15,7 @@ Steps 1-3 install about 150 packages from PyPI, once: 7.7 minutes on the two dev
 dozen other jobs (load average 16). The environments are then kept, keyed by everything they are made from
 (repo2docker's version and lock file, environment.yml, Python), under ``$ATTNLAB_TEST_CACHE`` (default
 ``~/.cache/attnlab-tests``); later runs re-run ``--no-build``, ``pip check``, postBuild and step 4 only: 2.3 minutes
-at that load, most of it waiting for the CPU (30 s of CPU time). Conda-only packages of the base (python, nodejs, C libraries) are not recreated: pip cannot
+at that load, most of it waiting for the CPU (27 s of CPU time). Conda-only packages of the base (python, nodejs, C libraries) are not recreated: pip cannot
 see them, and nothing of ours depends on them.
 """
 
@@ -32,7 +32,6 @@ import sys
 import time
 import urllib.request
 import uuid
-import venv
 from pathlib import Path
 
 import pytest
