@@ -14,7 +14,7 @@ help:
 	@echo "make test       run every test: unit, notebooks (nbval), grader, browser"
 	@echo "make check NB=notebooks/02_masks.ipynb   check your exercises in one notebook"
 	@echo "make learner    regenerate the learner notebooks from notebooks/solutions/"
-	@echo "make notebooks  re-execute every notebook in place (after changing one), then make learner"
+	@echo "make notebooks  update each notebook's Colab cell, re-execute every notebook in place, then make learner"
 	@echo "make bench      run the benchmarks in benchmarks/"
 
 $(STAMP): requirements.lock pyproject.toml
@@ -40,6 +40,7 @@ check: install
 	$(BIN)/attnlab-check "$(NB)"
 
 notebooks: install
+	$(BIN)/python -m attnlab.course.colab --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
 	$(BIN)/python -m attnlab.course.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
 	$(MAKE) learner
 

@@ -234,10 +234,14 @@ def solution_notebooks(solutions_dir: Path | None = None) -> list[Path]:
 
 
 def default_solutions_dir() -> Path:
-    """``$ATTNLAB_SOLUTIONS`` if set, else ``notebooks/solutions`` of the repository attnlab is installed from
-    (an editable install), else ``notebooks/solutions`` under the current directory."""
+    """``$ATTNLAB_SOLUTIONS`` if set, else the solution notebooks shipped in the package (``attnlab/course/solutions``,
+    in an install from a wheel), else ``notebooks/solutions`` of the repository attnlab is installed from (an editable
+    install), else ``notebooks/solutions`` under the current directory."""
     if os.environ.get("ATTNLAB_SOLUTIONS"):
         return Path(os.environ["ATTNLAB_SOLUTIONS"])
+    shipped = Path(__file__).resolve().parent / "solutions"  # setup.py copies notebooks/solutions here in a wheel
+    if shipped.is_dir():
+        return shipped
     repository = Path(__file__).resolve().parents[3] / "notebooks" / "solutions"
     return repository if repository.is_dir() else Path.cwd() / "notebooks" / "solutions"
 
