@@ -74,6 +74,8 @@ def sections(nb) -> list[Section]:
             found[-1].words += len(_prose(i, source).split())
         elif cell.cell_type == "code":
             role = cell.get("metadata", {}).get("attnlab", {}).get("role")
+            if role == "colab":  # set-up that does nothing outside Colab: no time of the reader's
+                continue
             found[-1].code_cells += 1
             found[-1].code_lines += sum(1 for line in source.splitlines() if line.strip())
             found[-1].explorers += bool(_EXPLORER_CALL.search(source))

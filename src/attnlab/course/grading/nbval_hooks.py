@@ -205,7 +205,7 @@ def pytest_runtest_call(item):
         return
     meta = item.cell.metadata.get("attnlab") or {}
     exercise_timeout = option.nbval_cell_timeout
-    if "attnlab" not in item.cell.metadata:
+    if "exercise" not in meta:  # one of the notebook's own cells
         option.nbval_cell_timeout = max(option.attnlab_setup_timeout, exercise_timeout)
     item.parent.timed_out = False  # nbval's flag sticks once set; we want to know about this cell alone
     judging = None
