@@ -270,7 +270,7 @@ def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercis
                     _record(4, "9.2", "check", False, "Kernel dead on test start")]
         return [_record(0), _record(1, "9.2", "solution"), _record(2, "9.2", "check")]
 
-    monkeypatch.setattr(grader, "run_nbval", fake_run_nbval)
+    monkeypatch.setattr(runner, "run_nbval", fake_run_nbval)
     report = runner.grade(submission, solution_dir)
     assert runs == [["9.1", "9.2"], ["9.2"]]
     assert [(r.exercise, r.status) for r in report.results] == [("9.1", "timed out"), ("9.2", "passed")]
@@ -285,9 +285,9 @@ def test_single_notebook_exit_status_is_0_only_when_every_exercise_passed(tmp_pa
         1: [runner.Result("9.1", "passed"), runner.Result("9.2", "not attempted")],
     }
     for expected_status, results in outcomes.items():
-        monkeypatch.setattr(grader, "grade", lambda *a, r=results: runner.Report(path, "09_tiny", r))
+        monkeypatch.setattr(runner, "grade", lambda *a, r=results: runner.Report(path, "09_tiny", r))
         assert cli.main([str(path), "--solutions", str(tmp_path)]) == expected_status
-    monkeypatch.setattr(grader, "grade", lambda *a: runner.Report(path, problem="not a notebook (bad JSON)"))
+    monkeypatch.setattr(runner, "grade", lambda *a: runner.Report(path, problem="not a notebook (bad JSON)"))
     assert cli.main([str(path), "--solutions", str(tmp_path)]) == 2
     assert "cannot grade: not a notebook" in capsys.readouterr().out
 
