@@ -1,0 +1,48 @@
+"""attnlab.limit_threads pins attnlab's own thread pool (for timings), and the one-matmul-per-K/V-head path of
+grouped-query attention (decode: one query row per head) agrees with the repeat_kv cross-check."""
+
+import numpy as np
+import pytest
+
+import attnlab
+from attnlab import _parallel
+
+
+def test_limit_threads_sets_and_restores_the_worker_count():
+    before = _parallel.workers()
+    with attnlab.limit_threads(1):
+        assert _parallel.workers() == 1
+        with attnlab.limit_threads(4):  # nested: never more than the enclosing limit
+            assert _parallel.workers() == 1
+        assert _parallel.workers() == 1
+    assert _parallel.workers() == before
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])
+def test_limit_threads_rejects_a_bad_count(bad):
+    with pytest.raises(ValueError, match="positive int"):
+        with attnlab.limit_threads(bad):
+            pass
+
+
+def test_limit_threads_runs_a_large_problem_in_one_thread_with_the_same_result(monkeypatch):
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((3, 2, 1024, 16))  # 2 * 1024 * 1024 scores: above MIN_PARALLEL_ELEMENTS
+    expected = attnlab.attention(q, k, v, causal=True)
+    calls = []
+    monkeypatch.setattr(_parallel, "ThreadPoolExecutor", lambda *a, **kw: calls.append(a) or pytest.fail("pool"))
+    monkeypatch.setattr(_parallel, "_pool", None)
+    with attnlab.limit_threads(1):
+        got = attnlab.attention(q, k, v, causal=True)
+    assert calls == []
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("T, S", [(1, 1), (1, 37), (3, 37), (5, 5)])
+@pytest.mark.parametrize("Hkv", [1, 2, 6])
+def test_grouped_query_heads_share_one_product_and_match_repeat_kv(T, S, Hkv):
+    rng = np.random.default_rng(T * 100 + S + Hkv)
+    q = rng.standard_normal((2, 6, T, 8))
+    k, v = rng.standard_normal((2, 2, Hkv, S, 8))
+    expected = attnlab.attention(q, attnlab.repeat_kv(k, 6), attnlab.repeat_kv(v, 6), causal=True)
+    np.testing.assert_allclose(attnlab.attention(q, k, v, causal=True), expected, rtol=1e-12, atol=1e-14)
