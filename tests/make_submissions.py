@@ -26,6 +26,7 @@ except ModuleNotFoundError:  # Python 3.10
     from pip._vendor import tomli as tomllib
 
 SPECS = Path(__file__).resolve().parent / "fixtures" / "submissions"
+ATTACKS = Path(__file__).resolve().parent / "fixtures" / "attacks"
 _KEYS = {"about", "base", "code", "prepend", "append", "check_source", "check_tags", "saved_output", "delete",
          "delete_checks", "strip_metadata", "expect"}
 
@@ -110,12 +111,13 @@ def load(spec_dir: Path = SPECS) -> list[Submission]:
     return submissions
 
 
-def write_all(outdir: Path, solutions_dir: Path | None = None, copies: int = 1) -> dict[str, Submission]:
-    """Write every submission into ``outdir``; return them by file name."""
+def write_all(outdir: Path, solutions_dir: Path | None = None, copies: int = 1,
+              spec_dir: Path = SPECS) -> dict[str, Submission]:
+    """Write every submission described in ``spec_dir`` into ``outdir``; return them by file name."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     written = {}
-    for sub in load():
+    for sub in load(spec_dir):
         nb = sub.build(solutions_dir)
         for n in range(copies):
             name = sub.file_name if copies == 1 else f"{n:02d}-{sub.file_name}"

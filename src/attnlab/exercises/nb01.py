@@ -141,7 +141,7 @@ _KEEPDIMS_HINT = ("without keepdims=True a reduction over axis=-1 of an (n, n) a
                   "x.max(axis=-1, keepdims=True) and e.sum(axis=-1, keepdims=True), of shape (n, 1)")
 
 
-@exercise("1.1")
+@exercise("1.1", forbids=('attnlab.softmax',))
 def check_stable_softmax(stable_softmax) -> None:
     """``stable_softmax(x)``: softmax over the last axis of any-shaped ``x``, finite for large inputs."""
     x = _SQUARE
@@ -275,7 +275,7 @@ def _check_pair(result, T: int, S: int, Dv: int, D: int):
     return out, weights
 
 
-@exercise("1.2")
+@exercise("1.2", forbids=('attnlab.attention', 'attnlab.softmax'))
 def check_attention_single(attention_single) -> None:
     """``attention_single(q, k, v) -> (out, weights)`` for one head, no mask."""
     q, k, v = _Q, _K, _V

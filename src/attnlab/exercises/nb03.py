@@ -173,7 +173,7 @@ def _diagnose_jacobian(p: np.ndarray, got: np.ndarray, expected: np.ndarray) -> 
 _SCORE_CASES = ((None, None, 5, 7, 9), (None, 4, 5, 7, 16), (2, 3, 5, 7, 16))
 
 
-@exercise("3.3")
+@exercise("3.3", forbids=('attnlab.attention',))
 def check_scaled_scores(scaled_scores) -> None:
     """``scaled_scores(q, k)`` must return ``q kᵀ / √D`` of shape ``(..., T, S)`` for q ``(..., T, D)``."""
     rng = seeded(303)

@@ -54,7 +54,7 @@ def _wrong_axis_attention(q, k, v):
     return softmax(scores, axis=-2) @ v  # (H, T, D)
 
 
-@exercise("4.1")
+@exercise("4.1", forbids=('attnlab.attention', 'attnlab.repeat_kv', 'attnlab.multi_head_attention'))
 def check_gqa_attention(gqa_attention) -> None:
     rng = seeded(41)
     # the first case has 1 < Hkv < H and T != S, so that every classic mistake shows; then MHA and MQA
@@ -145,7 +145,7 @@ def _diagnose_cache(cases: list[dict], ratios: list[float]) -> list[str] | None:
     return None
 
 
-@exercise("4.2")
+@exercise("4.2", forbids=('attnlab.kv_cache_bytes',))
 def check_kv_cache_size(kv_cache_size) -> None:
     cases = [
         dict(S=8192, layers=32, H=32, Hkv=8, D=128, dtype="bf16"),
@@ -185,7 +185,7 @@ def check_kv_cache_size(kv_cache_size) -> None:
 # ---------------------------------------------------------------------------------------------------------- 4.3
 
 
-@exercise("4.3")
+@exercise("4.3", forbids=('attnlab.split_heads',))
 def check_split_into_heads(split_into_heads) -> None:
     T, H, D = 5, 3, 4
     for batch in ((), (2,)):

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..authoring import default_solutions_dir
-from . import runner
+from . import runner, sandbox
 from .report import format_report, format_summary, write_csv
 from .runner import DEFAULT_TIMEOUT, available_cores
 
@@ -17,7 +17,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="attnlab-check",
         description="Check the exercises of a learner notebook against its solution notebook, through nbval.",
-        epilog="Learner code runs with your privileges: grade untrusted submissions in a container (see README).",
+        epilog="Each submission's kernel runs in a bubblewrap sandbox (Linux); --batch refuses to run without one "
+               "unless --no-sandbox is given.",
     )
     parser.add_argument("notebook", nargs="?", type=Path, help="the learner notebook to check")
     parser.add_argument("--batch", type=Path, metavar="DIR", help="grade every file in DIR (one per learner)")
@@ -28,6 +29,8 @@ def main(argv=None) -> int:
                                                                "(default: the available cores)")
     parser.add_argument("--solutions", type=Path, default=None, metavar="DIR",
                         help="the solution notebooks (default: notebooks/solutions of this repository)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="run learner code without the sandbox, with your privileges (trusted work only)")
     args = parser.parse_args(argv)
     if (args.notebook is None) == (args.batch is None):
         parser.error("give one learner notebook, or --batch DIR")
@@ -39,13 +42,19 @@ def main(argv=None) -> int:
     if not solutions.is_dir():
         parser.error(f"no solution notebooks in {solutions}; pass --solutions DIR")
 
+    missing = None if args.no_sandbox else sandbox.unavailable_reason()
     if args.notebook is not None:
         if not args.notebook.is_file():
             parser.error(f"{args.notebook} is not a file")
-        report = runner.grade(args.notebook, solutions, args.timeout)
+        if missing:
+            print(f"note: no sandbox ({missing}); your code runs with your own privileges, as in the notebook.")
+        report = runner.grade(args.notebook, solutions, args.timeout, use_sandbox=not (args.no_sandbox or missing))
         print(format_report(report))
         return 2 if report.problem else (0 if report.passed else 1)
 
+    if missing:
+        print(f"attnlab-check: cannot grade a batch safely: {missing}; {sandbox.INSTALL_HINT}.", file=sys.stderr)
+        return 2
     if not args.batch.is_dir():
         parser.error(f"{args.batch} is not a folder")
     paths = sorted(p for p in args.batch.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -53,7 +62,7 @@ def main(argv=None) -> int:
         parser.error(f"no files in {args.batch}")
     jobs = args.jobs or available_cores()
     start = time.monotonic()
-    reports = runner.grade_many(paths, solutions, args.timeout, jobs)
+    reports = runner.grade_many(paths, solutions, args.timeout, jobs, use_sandbox=not args.no_sandbox)
     if args.csv:
         write_csv(reports, args.csv)
     print(format_summary(reports, time.monotonic() - start, jobs))

@@ -1,35 +1,45 @@
-"""pytest plugin loaded by :mod:`attnlab.grader` in its nbval run (``-p attnlab._nbval_hooks``); not for direct use.
+"""pytest plugin loaded by the grader into its nbval run (``-p attnlab.course.grading.nbval_hooks``); not for direct use.
 
-It does two things nbval cannot be told on its command line:
+This pytest process is the trusted side of a grading. The plugin
 
-* per-cell timeouts: the cells of an exercise (metadata ``attnlab``) get ``--nbval-cell-timeout``; the notebook's own
-  cells, which come from the solution notebook, get the more generous ``--attnlab-setup-timeout``;
-* a record of every cell nbval ran, written as JSON to ``--attnlab-record`` at the end of the session: the cell's
-  ``attnlab`` metadata, nbval's outcome and message, and the fresh outputs (images dropped, text truncated). nbval
-  keeps running the cells after a timeout but marks them xfail; the record keeps the real outcome of each.
+* starts the learner's kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start
+  is replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
+* listens on the check socket and, while nbval runs a check cell, judges that exercise (:mod:`.trusted`): the
+  kernel's ``check`` connects, the checker runs here and calls the learner's function across the socket;
+* gives the cells of an exercise (metadata ``attnlab``) ``--nbval-cell-timeout`` and the notebook's own cells, which
+  come from the solution notebook, the more generous ``--attnlab-setup-timeout``;
+* appends a record of every cell nbval ran, and of every verdict, to ``--attnlab-record`` as JSON lines, flushed as it
+  goes, so that a grading stopped by its deadline still tells what it had found.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_TEXT = 4000
-_records: list[dict] = []
+_state: dict = {}
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("attnlab", "attnlab grader")
-    group.addoption("--attnlab-record", help="write the record of every nbval cell to this JSON file")
+    group.addoption("--attnlab-record", help="append the record of every nbval cell to this JSON-lines file")
     group.addoption("--attnlab-setup-timeout", type=float, default=120.0,
                     help="timeout in seconds for the cells that are not part of an exercise")
+    group.addoption("--attnlab-grading", help="the grading's configuration (JSON): check socket, tokens, sandbox")
 
 
 def _short(text: str) -> str:
-    text = _ANSI.sub("", text)
+    text = _ANSI.sub("", str(text))
     return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "\n... (truncated)"
 
 
@@ -38,9 +48,127 @@ def _output(out) -> dict:
     if kind == "stream":
         return {"output_type": kind, "name": out.get("name"), "text": _short(out.get("text", ""))}
     if kind == "error":
-        return {"output_type": kind, "ename": out.get("ename"), "evalue": _short(out.get("evalue", "")),
+        return {"output_type": kind, "ename": _short(out.get("ename", "")), "evalue": _short(out.get("evalue", "")),
                 "traceback": [_short(line) for line in out.get("traceback", [])[-20:]]}
     return {"output_type": kind, "text": _short(str(out.get("data", {}).get("text/plain", "")))}
+
+
+def _write(record: dict) -> None:
+    path = _state.get("record")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+# --- the kernel, in its sandbox ---------------------------------------------------------------------------------
+
+
+def _sandboxed_kernel_starter(grading: dict):
+    """A replacement for nbval's ``start_new_kernel``: the same kernel, over Unix sockets, inside the sandbox."""
+    from jupyter_client.manager import KernelManager
+    from nbval.kernel import NbvalKernelspecManager
+
+    runtime = Path(grading["runtime"])
+    uid = grading.get("uid")
+
+    class SandboxedKernelManager(KernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            command = super().format_kernel_cmd(extra_arguments)
+            return [sys.executable, "-m", "attnlab.course.grading.sandbox", grading["sandbox_config"], "--", *command]
+
+        def write_connection_file(self, **kwargs):
+            super().write_connection_file(**kwargs)
+            if uid is not None:
+                os.chown(self.connection_file, uid, uid)
+
+    def start(startup_timeout=60, kernel_name="python", **kwargs):
+        km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
+                                    transport="ipc", ip=str(runtime / "k"),
+                                    connection_file=str(runtime / "kernel.json"))
+        km.start_kernel(**kwargs)
+        kc = km.client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=startup_timeout)
+        except RuntimeError:
+            kc.stop_channels()
+            km.shutdown_kernel(now=True)
+            raise
+        return km, kc
+
+    return start
+
+
+def pytest_configure(config):
+    _state["record"] = config.option.attnlab_record
+    if config.option.attnlab_record:
+        Path(config.option.attnlab_record).write_text("", encoding="utf-8")
+    path = config.option.attnlab_grading
+    if not path:
+        return
+    grading = json.loads(Path(path).read_text(encoding="utf-8"))
+    from attnlab import exercises
+
+    exercises._SECRET = int(grading["seed"])  # before any checker module is imported: their inputs depend on it
+    exercises._load_all()
+    if hasattr(socket, "AF_UNIX"):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(grading["socket"])
+        os.chmod(grading["socket"], 0o666)  # the sandbox's uid connects to it
+    else:  # Windows: loopback TCP (never sandboxed there)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        grading["socket"] = f"tcp:{listener.getsockname()[1]}"
+    listener.listen(8)
+    _state.update(grading=grading, listener=listener)
+    if grading.get("sandbox_config"):
+        import nbval.kernel
+
+        nbval.kernel.start_new_kernel = _sandboxed_kernel_starter(grading)
+    else:
+        os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
+
+
+# --- judging a check cell ----------------------------------------------------------------------------------------
+
+
+def _drain(listener) -> None:
+    """Close connections made before this check cell started (learner code cannot queue one up in advance)."""
+    listener.setblocking(False)
+    try:
+        while True:
+            conn, _ = listener.accept()
+            conn.close()
+    except (BlockingIOError, OSError):
+        pass
+    finally:
+        listener.setblocking(True)
+
+
+def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
+    from . import trusted
+    from ...exercises import _wire
+
+    grading, listener = _state["grading"], _state["listener"]
+    listener.settimeout(timeout + grading.get("connect_slack", 10.0))
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        return  # the kernel's check never called: the check cell failed before it, or check was replaced
+    with conn:
+        try:
+            conn.settimeout(timeout)
+            begin = _wire.recv(conn)
+        except (OSError, _wire.WireError, ConnectionError):
+            return
+        if begin.get("op") != "begin" or begin.get("exercise") != exercise_id:
+            verdict = trusted.Verdict(exercise_id, "failed", "the check cell checked another exercise "
+                                                             f"({str(begin.get('exercise'))[:20]!r})")
+        else:
+            verdict = trusted.judge(exercise_id, conn, timeout, grading["sources"].get(exercise_id, ""),
+                                    set(grading.get("own_names", [])))
+        result["verdict"] = verdict
+        trusted.tell_kernel(conn, verdict, grading["tokens"][exercise_id])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -49,13 +177,31 @@ def pytest_runtest_call(item):
     if not hasattr(item, "cell") or not option.attnlab_record:
         yield
         return
+    meta = item.cell.metadata.get("attnlab") or {}
     exercise_timeout = option.nbval_cell_timeout
     if "attnlab" not in item.cell.metadata:
         option.nbval_cell_timeout = max(option.attnlab_setup_timeout, exercise_timeout)
+    item.parent.timed_out = False  # nbval's flag sticks once set; we want to know about this cell alone
+    judging = None
+    if meta.get("role") == "check" and "grading" in _state:
+        # the trusted deadline fires first; nbval interrupts the kernel a little later
+        option.nbval_cell_timeout = exercise_timeout + 2
+        _drain(_state["listener"])
+        result: dict = {}
+        judging = (threading.Thread(target=_judge_one, args=(meta["exercise"], exercise_timeout, result),
+                                    daemon=True), result, time.monotonic())
+        judging[0].start()
     try:
         yield
     finally:
         option.nbval_cell_timeout = exercise_timeout
+        if judging is not None:
+            thread, result, start = judging
+            thread.join(timeout=max(0.0, exercise_timeout + 5 - (time.monotonic() - start)))
+            verdict = result.get("verdict")
+            _write({"kind": "verdict", "exercise": meta["exercise"],
+                    "status": verdict.status if verdict else None,
+                    "message": verdict.message if verdict else ""})
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -64,19 +210,14 @@ def pytest_runtest_makereport(item, call):
     if not hasattr(item, "cell") or call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
         return
     failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
-    _records.append({
+    _write({
+        "kind": "cell",
         "cell_num": item.cell_num,
         "first_line": _short(item.cell.source.strip().split("\n")[0][:80]),
         "attnlab": item.cell.metadata.get("attnlab"),
         "when": call.when,
         "ok": not failed,
+        "timed_out": bool(getattr(item.parent, "timed_out", False)),
         "message": _short(str(call.excinfo.value)) if failed else "",
         "outputs": [_output(o) for o in (getattr(item, "test_outputs", None) or [])],
     })
-
-
-def pytest_sessionfinish(session):
-    path = session.config.option.attnlab_record
-    if path:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(_records, f, indent=1)

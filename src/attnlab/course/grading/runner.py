@@ -1,25 +1,28 @@
-"""Check a learner's "Try it" exercises through nbval: ``attnlab-check NOTEBOOK`` or ``make check NB=NOTEBOOK``.
+"""Grade a learner's "Try it" exercises through nbval: ``attnlab-check NOTEBOOK`` or ``make check NB=NOTEBOOK``.
 
 How one submission is graded:
 
-1. Find its solution notebook: by the notebook metadata ``attnlab.notebook`` that the learner notebooks carry, else by
-   file name (``NN_topic.ipynb``, then ``NN_*``), else by the exercise ids in its cells.
+1. Read it (at most ``MAX_FILE_BYTES``; every cell checked for the shape a notebook's cells have) and find its
+   solution notebook: by the notebook metadata ``attnlab.notebook`` that the learner notebooks carry, else by file
+   name (``NN_topic.ipynb``, then ``NN_*``), else by the exercise ids in its cells.
 2. Build a grading notebook from the solution notebook. Each of its exercise cells is replaced by the learner's cell of
    the same exercise (found by the cell metadata ``attnlab.exercise``, else by cell id), keeping only the learner's
-   source, with any nbval marker comment blanked out. Every check cell is the solution's, with its expected output
-   ``Exercise N.k: passed`` and a fresh ``from attnlab.exercises import check`` in front, so a learner who redefines
-   ``check`` is still checked by the real one. Every other cell is the solution's, with its output ignored. Outputs
-   the learner saved are never read.
-3. Run it with ``pytest --nbval`` (strict) in a temporary directory, in a subprocess, with a per-cell timeout for the
-   exercise cells (``--timeout``). nbval interrupts a cell that runs too long and goes on with the next cells, so the
-   other exercises are still graded; if the kernel cannot be interrupted it is stopped, and the notebook is run again
-   without that exercise.
-4. Read back each check cell's fresh output and report, per exercise: passed, failed (the check's message), not
-   attempted, error (the learner's exception), timed out, or missing (the exercise cell was deleted).
+   source, with any nbval marker comment blanked out. Every check cell is the solution's, with a fresh ``from
+   attnlab.exercises import check`` in front and, as its expected output, ``Exercise N.k: passed [TOKEN]`` with a
+   random token per exercise and grading. Every other cell is the solution's, with its output ignored. Outputs the
+   learner saved are never read.
+3. Run it with ``pytest --nbval`` (strict), in a subprocess of its own with a hard wall-clock deadline, the kernel in
+   a bubblewrap sandbox (:mod:`.sandbox`) unless ``sandbox=False``. Random inputs of the checks come from a secret
+   seed drawn for this grading.
+4. The verdict of each exercise comes from this side (:mod:`.trusted`, run in that pytest process by
+   :mod:`.nbval_hooks`): the checker calls the learner's function in the kernel through a socket that carries only
+   plain data, and decides. The kernel prints the token only when told to, so nbval's comparison of the check
+   cell must agree too. An exercise passes only when both say so.
+5. Report per exercise: passed, failed (the check's message), not attempted, error (the learner's exception), timed
+   out (a deadline fired), or missing (the exercise cell was deleted).
 
-Learner code runs with the privileges of whoever runs the grader: grade untrusted submissions in a container.
-
-``attnlab-check --batch DIR --csv results.csv`` grades every file of DIR (one per learner) in parallel.
+``attnlab-check --batch DIR --csv results.csv`` grades every file of DIR (one per learner) in parallel, each in its
+own processes and sandbox.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import queue
 import re
+import resource
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +46,8 @@ from pathlib import Path
 
 import nbformat
 
+from . import sandbox
+from .trusted import defined_names
 from ..authoring import (
     Exercise,
     FormatError,
@@ -55,6 +64,9 @@ STATUSES = ("passed", "failed", "not attempted", "error", "timed out", "missing"
 _NBVAL_MARKER = re.compile(r"^\s*#+\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\s*$")
 _CELL_FRAME = re.compile(r"Cell In\[\d+\], line (\d+)(?:, in (\w+))?")
 _KERNEL_DEAD = "Kernel dead"
+MAX_FILE_BYTES = 20 * 2**20  # a submission larger than this is not read
+MAX_CELL_CHARS = 100_000  # an exercise cell longer than this is not run
+GRADER_MEMORY = 4 * 2**30  # address space of the trusted pytest process that runs nbval for one submission
 
 
 class SubmissionError(Exception):
@@ -90,8 +102,12 @@ class Report:
 
 
 def read_submission(path: Path):
-    """The submission as a v4 notebook, or SubmissionError saying why it is not one."""
+    """The submission as a v4 notebook whose cells have the shape the grader relies on, or SubmissionError."""
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SubmissionError(f"the file is {size / 2**20:.0f} MiB; the grader reads notebooks of up to "
+                                  f"{MAX_FILE_BYTES // 2**20} MiB (clear the outputs and save again)")
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SubmissionError("not a notebook (not a text file)") from None
@@ -99,11 +115,28 @@ def read_submission(path: Path):
         raise SubmissionError(f"cannot read the file: {exc.strerror}") from None
     try:
         nb = nbformat.reads(text, as_version=4)
-    except Exception as exc:  # nbformat raises several kinds on bad JSON or an unknown format
+    except Exception as exc:  # nbformat raises several kinds on bad JSON, deep nesting or an unknown format
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SubmissionError(f"not a notebook ({first[:120]})") from None
-    if not isinstance(nb.get("cells"), list):
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise SubmissionError("not a notebook (no cells)")
+    if not isinstance(nb.get("metadata"), dict):
+        nb["metadata"] = nbformat.NotebookNode()
+    for i, cell in enumerate(nb.cells):
+        if not isinstance(cell, dict):
+            raise SubmissionError(f"not a valid notebook (cell {i} is not a cell)")
+        source = cell.get("source", "")
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise SubmissionError(f"not a valid notebook (the source of cell {i} is not text)")
+        cell["source"] = source
+        if not isinstance(cell.get("cell_type"), str):
+            raise SubmissionError(f"not a valid notebook (cell {i} has no cell type)")
+        if not isinstance(cell.get("metadata", {}), dict):
+            cell["metadata"] = nbformat.NotebookNode()
+        if "id" in cell and not isinstance(cell["id"], str):
+            del cell["id"]
     return nb
 
 
@@ -156,8 +189,12 @@ def strip_nbval_markers(source: str) -> str:
     return "\n".join("" if _NBVAL_MARKER.match(line) else line for line in source.split("\n"))
 
 
-def grading_notebook(solution, exercises: list[Exercise], learner_cells: dict, skip=frozenset()):
-    """The notebook nbval runs (see the module docstring, step 2); exercises in ``skip`` are left out."""
+def grading_notebook(solution, exercises: list[Exercise], learner_cells: dict, skip=frozenset(), tokens=None):
+    """The notebook nbval runs (see the module docstring, step 2); exercises in ``skip`` are left out.
+
+    ``tokens`` maps each exercise to the token its check cell must print; without it the expected output is the
+    plain ``Exercise N.k: passed`` line.
+    """
     nb = copy.deepcopy(solution)
     drop = set()
     for ex in exercises:
@@ -172,7 +209,8 @@ def grading_notebook(solution, exercises: list[Exercise], learner_cells: dict, s
         check = nb.cells[ex.check_cell]
         check.source = "from attnlab.exercises import check\n" + check.source
         check.metadata = {"attnlab": {"exercise": ex.id, "role": "check"}}
-        check.outputs = [nbformat.v4.new_output("stream", name="stdout", text=passed_line(ex.id))]
+        line = passed_line(ex.id) if tokens is None else f"Exercise {ex.id}: passed [{tokens[ex.id]}]\n"
+        check.outputs = [nbformat.v4.new_output("stream", name="stdout", text=line)]
         check.execution_count = check.execution_count or 1
     last_check = max((ex.check_cell for ex in exercises if ex.check_cell not in drop), default=-1)
     cells = []
@@ -190,13 +228,70 @@ def grading_notebook(solution, exercises: list[Exercise], learner_cells: dict, s
 # --- running nbval -----------------------------------------------------------------------------------------------
 
 
-def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP_TIMEOUT) -> list[dict]:
-    """Run ``nb`` with strict nbval in a fresh temporary directory; the record of every cell (see _nbval_hooks)."""
+@dataclass
+class Run:
+    """What one nbval run found: the record of each cell, the trusted verdicts, and whether its deadline fired."""
+
+    records: list[dict]
+    verdicts: dict[str, dict]
+    deadline_hit: bool = False
+    log: str = ""
+    trusted: bool = False  # the checks were judged on the trusted side (a grading, not a self-check)
+
+
+def deadline_for(n_exercises: int, timeout: float, setup_timeout: float) -> float:
+    """Seconds one nbval run of a notebook may take in all: the notebook's own cells, then each exercise's two cells."""
+    return min(setup_timeout, 60.0) + 30.0 + n_exercises * 2 * (timeout + 5)
+
+
+def _limit_grader_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
+
+
+def _sandbox_uid(slot: int) -> int | None:
+    """When the grader is root, each concurrent grading runs as an unprivileged uid of its own."""
+    if os.geteuid() != 0:
+        return None
+    return 200_000 + (os.getpid() % 100_000) * 16 + slot % 16
+
+
+def _runtime_dir(tmp: Path, uid: int | None) -> Path:
+    """The kernel's own folder: connection file, sockets, IPython profile, matplotlib's font cache."""
+    runtime = tmp / "run"
+    profile = runtime / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text(
+        "c.InlineBackend.figure_formats = set()\nc.HistoryManager.enabled = False\n")
+    mpl = runtime / "mpl"
+    mpl.mkdir()
+    try:
+        import matplotlib
+
+        for cache in Path(matplotlib.get_cachedir()).glob("fontlist-*.json"):
+            shutil.copy(cache, mpl / cache.name)  # no font scan in every kernel
+    except Exception:  # no matplotlib, or no cache yet: the kernel builds its own
+        pass
+    if uid is not None:
+        for path in [runtime, *runtime.rglob("*")]:
+            os.chown(path, uid, uid)
+    return runtime
+
+
+def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP_TIMEOUT, *, use_sandbox=False,
+              grading: dict | None = None, slot: int = 0, deadline: float | None = None) -> Run:
+    """Run ``nb`` with strict nbval in a fresh temporary directory, the kernel sandboxed when ``use_sandbox``.
+
+    ``grading`` (exercise sources, tokens and seed) turns on the trusted checks; without it the check cells judge
+    themselves in the kernel, as in a learner's own run.
+    """
     with tempfile.TemporaryDirectory(prefix="attnlab-grade-") as tmp:
         tmp = Path(tmp)
-        work = tmp / "work"  # the kernel's working directory
-        work.mkdir()
-        notebook, record, ini = work / "submission.ipynb", tmp / "record.json", tmp / "pytest.ini"
+        os.chmod(tmp, 0o711)  # the sandbox's uid must reach its folder inside
+        uid = _sandbox_uid(slot) if use_sandbox else None
+        runtime = _runtime_dir(tmp, uid)
+        trusted_dir = tmp / "trusted"  # never shown to the kernel
+        trusted_dir.mkdir(mode=0o700)
+        notebook, record, ini = trusted_dir / "submission.ipynb", trusted_dir / "record.jsonl", tmp / "pytest.ini"
         nbformat.write(nb, notebook)
         ini.write_text("[pytest]\n")
         command = [
@@ -206,37 +301,67 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
             f"--attnlab-setup-timeout={setup_timeout:g}", f"--attnlab-record={record}",
             "-q", "--no-header", "-p", "no:warnings", str(notebook),
         ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ATTNLAB_CHECK"))}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only nbval and our hooks: faster and unaffected by other plugins
-        # A fresh IPython profile: no user startup files, and figures are not rendered (their outputs are ignored,
-        # and rendering PNGs is most of a notebook's run time).
-        profile = tmp / "ipython" / "profile_default"
-        profile.mkdir(parents=True)
-        (profile / "ipython_kernel_config.py").write_text(
-            "c.InlineBackend.figure_formats = set()\nc.HistoryManager.enabled = False\n")
-        env["IPYTHONDIR"] = str(tmp / "ipython")
-        limit = setup_timeout + 60 + len(nb.cells) * (timeout + 10)
-        proc = subprocess.Popen(command, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        env["IPYTHONDIR"] = str(runtime / "ipython")
+        env["MPLCONFIGDIR"] = str(runtime / "mpl")
+        if grading is not None:
+            config = {**grading, "socket": str(runtime / "check.sock"), "runtime": str(runtime), "uid": uid}
+            if use_sandbox:
+                box = sandbox.Config(
+                    runtime=str(runtime), read_only=sandbox.python_paths(), hidden=sandbox.hidden_paths(), uid=uid,
+                    env={"ATTNLAB_CHECK_SOCKET": config["socket"], "IPYTHONDIR": env["IPYTHONDIR"],
+                         "MPLCONFIGDIR": env["MPLCONFIGDIR"]})
+                box.write(trusted_dir / "sandbox.json")
+                config["sandbox_config"] = str(trusted_dir / "sandbox.json")
+            (trusted_dir / "grading.json").write_text(json.dumps(config), encoding="utf-8")
+            command.insert(-1, f"--attnlab-grading={trusted_dir / 'grading.json'}")
+        limit = deadline or (setup_timeout + 60 + len(nb.cells) * (timeout + 10))
+        proc = subprocess.Popen(command, cwd=trusted_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True,
+                                preexec_fn=_limit_grader_memory if sys.platform.startswith("linux") else None)
+        deadline_hit = False
         try:
             log, _ = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
+            deadline_hit = True
             _kill(proc)
-            proc.communicate()
-            raise RuntimeError(f"grading did not finish within {limit:.0f} s") from None
+            log, _ = proc.communicate()
         finally:
             if proc.poll() is None:
                 _kill(proc)
-        if not record.exists():
+            if uid is not None:
+                sandbox.kill_uid(uid)  # whatever the submission left running, signals ignored or not
+        lines = record.read_text(encoding="utf-8", errors="replace").splitlines() if record.exists() else []
+        if not lines and not deadline_hit:
             tail = "\n".join(log.strip().splitlines()[-15:])
             raise RuntimeError(f"nbval did not run (pytest exit status {proc.returncode}):\n{tail}")
-        return json.loads(record.read_text(encoding="utf-8"))
+        records, verdicts = [], {}
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the last line of a run stopped while writing it
+            if item.get("kind") == "verdict":
+                verdicts[item["exercise"]] = item
+            else:
+                records.append(item)
+        if not deadline_hit and proc.returncode not in (0, 1):
+            # pytest stopped early (it ran out of memory, or was killed): what it had recorded still counts
+            records.append({"kind": "cell", "attnlab": None, "when": "call", "ok": False, "timed_out": False,
+                            "message": f"{_KERNEL_DEAD}: the grader's process stopped (exit status {proc.returncode})"
+                                       "; did your code print a flood of output or use all the memory?",
+                            "outputs": [], "first_line": ""})
+        return Run(records, verdicts, deadline_hit, log, trusted=grading is not None)
 
 
 def _kill(proc) -> None:
-    """Stop pytest and the kernel it started (they share a session on POSIX)."""
+    """Stop pytest and the kernel it started (they share a session on POSIX; the sandbox dies with its parent)."""
     if hasattr(os, "killpg"):
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     else:
         proc.kill()
 
@@ -266,7 +391,7 @@ def _cell_result(ex_id: str, rec: dict, timeout: float, in_check: bool) -> Resul
     if rec["ok"]:
         return Result(ex_id, "passed")
     errors = [o for o in rec["outputs"] if o["output_type"] == "error"]
-    if rec["message"].startswith("Timeout") or (errors and errors[-1]["ename"] == "KeyboardInterrupt"):
+    if rec["message"].startswith("Timeout"):  # only a deadline that fired: a raised KeyboardInterrupt is an error
         what = "your function did not return" if in_check else "your exercise cell did not finish"
         why = ": an infinite loop, or far too much work?"
         if "Failed to interrupt" in rec["message"] or "waiting for output" in rec["message"]:
@@ -274,7 +399,7 @@ def _cell_result(ex_id: str, rec: dict, timeout: float, in_check: bool) -> Resul
         return Result(ex_id, "timed out", f"{what} within {timeout:g} s{why}")
     if errors:
         ename, evalue = errors[-1]["ename"], errors[-1]["evalue"]
-        if ename == "ExerciseFailed":  # also when the learner called check in their own cell
+        if ename == "ExerciseFailed" and in_check:
             return Result(ex_id, "failed", evalue)
         message = f"{ename}: {evalue}" if evalue else ename
         if ename == "NameError" and in_check:
@@ -295,12 +420,37 @@ def _cell_result(ex_id: str, rec: dict, timeout: float, in_check: bool) -> Resul
     return Result(ex_id, "error", rec["message"].strip().splitlines()[0] if rec["message"].strip() else "failed")
 
 
-def _read_records(records: list[dict], pending: list[str], timeout: float):
-    """Results of the ``pending`` exercises from one nbval run.
+def _trusted_result(ex_id: str, verdict: dict, check_rec: dict | None, timeout: float) -> Result:
+    """The result of an exercise the trusted side judged; a pass also needs nbval's comparison of the check cell."""
+    status, message = verdict["status"], verdict.get("message", "")
+    if status != "passed":
+        return Result(ex_id, status, message)
+    if check_rec is not None and check_rec["ok"]:
+        return Result(ex_id, "passed")
+    if check_rec is None:
+        return Result(ex_id, "error", "not graded: the kernel stopped before the check finished")
+    stdout, stderr = _stdout_stderr(check_rec)
+    extra = "\n".join(line for line in (stdout + stderr).splitlines()
+                      if not line.startswith(f"Exercise {ex_id}: passed [")).strip()
+    if check_rec.get("timed_out"):
+        return Result(ex_id, "timed out", f"your function did not return within {timeout:g} s")
+    return Result(ex_id, "failed", "the answer is right, but your function printed or warned while it was checked; "
+                                   f"a check must print only {passed_line(ex_id).strip()!r}. It printed:\n{extra}")
+
+
+_NO_VERDICT = ("the check never reached the grader: did your code redefine `check`, change attnlab.exercises, or "
+               "run the check somewhere else?")
+
+
+def _read_records(run, pending: list[str], timeout: float):
+    """Results of the ``pending`` exercises from one nbval run (a :class:`Run`, or a list of cell records).
 
     Returns ``(results, notes, culprit)``. When the kernel died, only the exercises before that point have results,
     and ``culprit`` is the exercise during which it died (None if it died in one of the notebook's own cells).
     """
+    if isinstance(run, list):
+        run = Run(run, {}, False)
+    records, verdicts = run.records, run.verdicts
     for rec in records:
         if rec["when"] == "setup" and not rec["ok"]:  # nbval could not start the kernel: not the learner's doing
             raise RuntimeError(f"nbval could not run the notebook: {rec['message'].strip()[:300]}")
@@ -326,45 +476,70 @@ def _read_records(records: list[dict], pending: list[str], timeout: float):
     for ex_id in pending:
         recs = cells.get(ex_id, {})
         exercise_rec, check_rec = recs.get("solution"), recs.get("check")
+        verdict = verdicts.get(ex_id)
         if exercise_rec is not None and not exercise_rec["ok"]:
             result = _cell_result(ex_id, exercise_rec, timeout, in_check=False)
+        elif verdict is not None and verdict.get("status"):
+            result = _trusted_result(ex_id, verdict, check_rec, timeout)
         elif check_rec is not None:
             result = _cell_result(ex_id, check_rec, timeout, in_check=True)
+            if run.trusted and (result.status in ("passed", "not attempted")
+                                or check_rec["message"].startswith("Cell outputs differ")):
+                result = Result(ex_id, "failed", _NO_VERDICT)  # whatever the kernel printed, nobody judged it
         elif ex_id == culprit:
             result = Result(ex_id, "error", "the kernel died while running your code (did it call exit(), or use "
                                             "all the memory?)")
         elif dead < len(records) and culprit is None:
             result = Result(ex_id, "error", "not graded: the kernel stopped before this exercise")
+        elif run.deadline_hit:
+            result = Result(ex_id, "timed out", "not graded: the grading of this notebook went past its deadline "
+                                                "(an exercise before it kept the kernel busy?)")
         else:
             continue  # left for the next run
         results[ex_id] = result
     return results, notes, culprit
 
 
-def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT) -> Report:
-    """Grade one submission; never raises for a bad submission (see ``Report.problem``)."""
+def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_sandbox: bool = False,
+          slot: int = 0) -> Report:
+    """Grade one submission; never raises for a bad submission (see ``Report.problem``).
+
+    ``use_sandbox`` runs the learner's kernel in a bubblewrap sandbox (Linux; see :mod:`.sandbox`); ``slot`` tells
+    concurrent gradings apart (each gets its own uid when the grader is root).
+    """
     start = time.monotonic()
     report = Report(Path(path))
     try:
         learner = read_submission(report.path)
         try:
             solution_path = find_solution(learner, report.path, solutions_dir or default_solutions_dir())
-        except (AttributeError, TypeError, KeyError) as exc:  # valid JSON, but not shaped like a notebook
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:  # valid JSON, not shaped like a notebook
             raise SubmissionError(f"not a valid notebook ({type(exc).__name__}: {exc})") from None
         report.notebook = solution_path.stem
         solution = nbformat.read(solution_path, as_version=4)
         exercises = find_exercises(solution, str(solution_path))
         try:
             cells = learner_exercise_cells(learner, solution, exercises)
-        except (AttributeError, TypeError, KeyError) as exc:
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
             raise SubmissionError(f"not a valid notebook ({type(exc).__name__}: {exc})") from None
         results = {ex.id: Result(ex.id, "missing", "the exercise cell is not in your notebook (deleted?)")
                    for ex in exercises if cells[ex.id] is None}
+        for ex in exercises:
+            size = len(cells[ex.id].get("source", "")) if cells[ex.id] is not None else 0
+            if size > MAX_CELL_CHARS:
+                results[ex.id] = Result(ex.id, "error", f"your exercise cell is {size:,} characters long; the "
+                                                        f"grader runs exercise cells of up to {MAX_CELL_CHARS:,}")
         skip = set(results)
+        sources = {ex.id: strip_nbval_markers(cells[ex.id].get("source", "")) for ex in exercises
+                   if ex.id not in skip}
+        grading = {"seed": secrets.randbits(63), "tokens": {ex.id: secrets.token_hex(16) for ex in exercises},
+                   "sources": sources, "own_names": sorted(defined_names(sources.values()))}
         while len(results) < len(exercises):
             pending = [ex.id for ex in exercises if ex.id not in results]
-            records = run_nbval(grading_notebook(solution, exercises, cells, skip), timeout)
-            found, notes, culprit = _read_records(records, pending, timeout)
+            nb = grading_notebook(solution, exercises, cells, skip, grading["tokens"])
+            run = run_nbval(nb, timeout, use_sandbox=use_sandbox, grading=grading, slot=slot,
+                            deadline=deadline_for(len(pending), timeout, SETUP_TIMEOUT))
+            found, notes, culprit = _read_records(run, pending, timeout)
             results.update(found)
             report.notes += [n for n in notes if n not in report.notes]
             if culprit is None and len(results) < len(exercises):
@@ -377,6 +552,8 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT) -> Report:
         report.problem = str(exc)
     except (FormatError, RuntimeError) as exc:
         report.problem = f"grading failed: {exc}"
+    except RecursionError:
+        report.problem = "not a valid notebook (nested too deeply)"
     report.seconds = time.monotonic() - start
     return report
 
@@ -387,15 +564,30 @@ def available_cores() -> int:
 
 
 def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None,
-               progress: bool = True) -> list[Report]:
-    """Grade many submissions in parallel (``jobs`` at once, default: the available cores), in input order."""
+               progress: bool = True, use_sandbox: bool = False) -> list[Report]:
+    """Grade many submissions in parallel (``jobs`` at once, default: the available cores), in input order.
+
+    Each submission is graded by processes of its own (pytest + its sandboxed kernel), under a hard deadline; a
+    submission that hangs, floods output, exhausts memory or kills its kernel only fills its own row.
+    """
     from tqdm import tqdm
 
     paths = [Path(p) for p in paths]
-    jobs = jobs or available_cores()
+    jobs = max(1, jobs or available_cores())
+    slots: queue.Queue = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+
+    def one(path):
+        slot = slots.get()
+        try:
+            return grade(path, solutions_dir, timeout, use_sandbox=use_sandbox, slot=slot)
+        finally:
+            slots.put(slot)
+
     reports: dict[Path, Report] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # each grading is its own pytest + kernel process
-        futures = {pool.submit(grade, p, solutions_dir, timeout): p for p in paths}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(one, p): p for p in paths}
         bar = tqdm(as_completed(futures), total=len(futures), unit="notebook", file=sys.stderr,
                    disable=None if progress else True)  # None: shown on a terminal only
         for future in bar:
@@ -405,5 +597,3 @@ def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs
             except Exception as exc:  # a bug of ours must not stop the rest of the class
                 reports[path] = Report(path, problem=f"grading failed: {type(exc).__name__}: {exc}")
     return [reports[p] for p in paths]
-
-

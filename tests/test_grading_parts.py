@@ -1,0 +1,180 @@
+"""The grader's parts that need no kernel: the plain-data wire, the reference tripwires and source scan, the trusted
+judge over a socket pair, the report's cleaning, and the sandbox's command line."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+import attnlab
+from attnlab.course.grading import report, sandbox, trusted
+from attnlab.exercises import ExerciseFailed, _agent, _wire, check
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 3, -2**70, 1.5, float("inf"), "text", [1, "a", None], (1, (2.0, [3])), {"a": (1, 2)},
+    np.arange(6, dtype=np.int16).reshape(2, 3), np.ones((2, 0, 3), dtype=bool), np.float32(2.5),
+    np.array([np.nan, -np.inf], dtype=np.float16), np.array(3 + 4j),
+])
+def test_plain_data_crosses_the_wire_unchanged(value):
+    back = _wire.decode(_wire.encode(value))
+    assert type(back) is type(value)
+    if isinstance(value, np.ndarray):
+        assert back.dtype == value.dtype and back.shape == value.shape
+        np.testing.assert_array_equal(back, value)
+    elif isinstance(value, float) and value != value:
+        assert back != back
+    else:
+        assert repr(back) == repr(value)
+
+
+@pytest.mark.parametrize("value", [object(), np.array([object()]), np.array(["a"]), {1: 2}, iter([1]),
+                                   [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])
+def test_anything_else_is_refused_before_it_is_sent(value):
+    with pytest.raises(_wire.Unsupported):
+        _wire.encode(value)
+
+
+@pytest.mark.parametrize("data", [
+    {"__array__": "AAAA", "dtype": "object", "shape": [1]},  # no object arrays, so no pickles
+    {"__array__": "AAAA", "dtype": "float64", "shape": [5]},  # wrong number of bytes
+    {"__array__": "AAAA", "dtype": "float64", "shape": [-1]},
+    {"__float__": "__import__('os')"}, {"__class__": "os.system"}, {}, {"__callable__": 0},
+])
+def test_malformed_or_hostile_data_is_refused(data):
+    with pytest.raises(_wire.WireError):
+        _wire.decode(data)
+
+
+def test_frames_are_length_prefixed_json_and_oversized_ones_refused():
+    a, b = socket.socketpair()
+    with a, b:
+        _wire.send(a, {"op": "x", "v": _wire.encode(np.eye(2))})
+        np.testing.assert_array_equal(_wire.decode(_wire.recv(b)["v"]), np.eye(2))
+        a.sendall((_wire.MAX_FRAME + 1).to_bytes(4, "big"))
+        with pytest.raises(_wire.WireError):
+            _wire.recv(b)
+
+
+def test_tripwires_see_calls_of_the_reference_even_through_a_saved_alias():
+    alias = attnlab.causal_mask
+    wires = _agent.Tripwires(["attnlab.causal_mask"])
+    with wires.watching():
+        np.testing.assert_array_equal(alias(2, 2), np.tril(np.ones((2, 2), dtype=bool)))
+        with wires.paused():
+            attnlab.causal_mask(3, 3)
+    assert wires.hits == ["attnlab.causal_mask"]
+    attnlab.causal_mask(2, 2)
+    assert wires.hits == ["attnlab.causal_mask"] and attnlab.causal_mask.__code__.co_name == "causal_mask"
+
+
+def test_self_check_fails_an_answer_that_calls_the_reference(capsys):
+    def my_causal_mask(T, S):
+        return attnlab.causal_mask(T, S)
+
+    with pytest.raises(ExerciseFailed, match="asks you to write this yourself; attnlab.causal_mask is the reference"):
+        check("2.1", my_causal_mask)
+
+
+@pytest.mark.parametrize("source, found", [
+    ("def f(T, S):\n    return attnlab.causal_mask(T, S)", "attnlab.causal_mask"),
+    ("import attnlab as A\ndef f(T, S):\n    return A.masks.causal_mask(T, S)", "attnlab.causal_mask"),
+    ("from attnlab.masks import causal_mask as cm", "attnlab.causal_mask"),
+    ("def f(T, S):\n    return getattr(attnlab, 'causal_mask')(T, S)", "attnlab.causal_mask"),
+    ("def f(T, S):\n    return causal_mask(T, S)", "attnlab.causal_mask"),
+    ("def causal_mask(T, S):\n    return 1\ndef f(T, S):\n    return causal_mask(T, S)", None),
+    ("from scipy.special import causal_mask\nx = causal_mask", None),
+    ("def f(T, S):\n    other.causal_mask(T, S)", None),
+    ("def f(:", None),
+])
+def test_the_source_scan_finds_the_reference_by_name(source, found):
+    own = trusted.defined_names([source])
+    assert trusted.forbidden_in_source(source, ("attnlab.causal_mask",), own) == found
+
+
+def _judge_against(answer, exercise_id="2.1", timeout=10.0):
+    """Run the trusted judge against ``answer`` served by the kernel-side agent, over a socket pair."""
+    a, b = socket.socketpair()
+    session = _agent._Session(b, exercise_id, answer)
+    outcome = {}
+
+    def kernel():
+        try:
+            session._wait()
+        except _agent._Verdict as verdict:
+            outcome["told"] = verdict.message
+
+    thread = threading.Thread(target=kernel, daemon=True)
+    thread.start()
+    with a, b:
+        verdict = trusted.judge(exercise_id, a, timeout)
+        trusted.tell_kernel(a, verdict, "TOKEN")
+        thread.join(5)
+    return verdict, outcome.get("told")
+
+
+def test_the_judge_passes_a_right_answer_and_tells_the_kernel_the_token():
+    verdict, told = _judge_against(lambda T, S: np.arange(S)[None, :] <= np.arange(S - T, S)[:, None])
+    assert verdict.status == "passed" and told == {"op": "verdict", "kind": "passed",
+                                                   "text": "Exercise 2.1: passed [TOKEN]"}
+
+
+def test_the_judge_names_the_mistake_and_sees_prints_and_reference_calls():
+    verdict, _ = _judge_against(lambda T, S: np.arange(S)[None, :] > np.arange(S - T, S)[:, None])
+    assert verdict.status == "failed" and "inverted" in verdict.message
+
+    def noisy(T, S):
+        print("debug")
+        return np.arange(S)[None, :] <= np.arange(S - T, S)[:, None]
+
+    verdict, _ = _judge_against(noisy)
+    assert verdict.status == "failed" and "printed or warned" in verdict.message and "debug" in verdict.message
+    verdict, _ = _judge_against(lambda T, S: attnlab.causal_mask(T, S))
+    assert verdict.status == "failed" and "attnlab.causal_mask is the reference" in verdict.message
+
+
+def test_the_judge_reports_exceptions_not_attempted_and_deadlines():
+    def stub(T, S):
+        raise NotImplementedError
+
+    assert _judge_against(stub)[0].status == "not attempted"
+
+    def broken(T, S):
+        raise KeyboardInterrupt
+
+    verdict, _ = _judge_against(broken)
+    assert verdict.status == "error" and verdict.message.startswith("KeyboardInterrupt")
+
+    def slow(T, S):
+        import time
+        time.sleep(3)
+
+    verdict, _ = _judge_against(slow, timeout=0.5)
+    assert verdict.status == "timed out" and "did not return within 0.5 s" in verdict.message
+
+
+def test_the_judge_refuses_objects_a_learner_returns():
+    verdict, _ = _judge_against(lambda T, S: object())
+    assert verdict.status == "failed" and "which a check cannot read" in verdict.message
+
+
+def test_learner_text_loses_control_characters_and_csv_cells_are_never_formulas():
+    assert report.clean("a\x1b[2K\rb\x08\x07\tc\nd\u202e") == "a[2Kb\tc\nd"
+    assert [report.csv_cell(v) for v in ("=1+1", "+x", "-2", "@SUM", "ok", 3)] == ["'=1+1", "'+x", "'-2", "'@SUM",
+                                                                                   "ok", "3"]
+
+
+def test_the_sandbox_command_isolates_and_hides_the_course_tooling(tmp_path):
+    config = sandbox.Config(runtime=str(tmp_path), read_only=sandbox.python_paths(), hidden=sandbox.hidden_paths(),
+                            env={"X": "1"})
+    args = sandbox.bwrap_args(config)
+    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--proc", "--dev"):
+        assert flag in args
+    assert args[args.index("--uid") + 1] == "1000"
+    hidden = sandbox.hidden_paths()[0]
+    assert hidden.endswith("attnlab/course") and args[args.index(hidden) - 1] == "--tmpfs"
+    assert "/work" not in args and "/root" not in args, "only the folders the kernel needs are bound"
+    assert all(not path.endswith("notebooks/solutions") for path in args)
