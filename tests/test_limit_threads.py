@@ -46,3 +46,18 @@ def test_grouped_query_heads_share_one_product_and_match_repeat_kv(T, S, Hkv):
     k, v = rng.standard_normal((2, 2, Hkv, S, 8))
     expected = attnlab.attention(q, attnlab.repeat_kv(k, 6), attnlab.repeat_kv(v, 6), causal=True)
     np.testing.assert_allclose(attnlab.attention(q, k, v, causal=True), expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("block_elements", [8, 64, 1 << 18])
+def test_every_row_block_layout_matches_repeat_kv(monkeypatch, block_elements):
+    # small blocks of query rows take the (G, r, D) @ (D, S) path, whole rows the folded (G·r, D) @ (D, S) one
+    import attnlab.attention as attention_module
+
+    monkeypatch.setattr(attention_module, "ROW_BLOCK_ELEMENTS", block_elements)
+    rng = np.random.default_rng(block_elements)
+    q = rng.standard_normal((6, 7, 4))
+    k, v = rng.standard_normal((2, 2, 9, 4))
+    expected = attnlab.attention(q, attnlab.repeat_kv(k, 6), attnlab.repeat_kv(v, 6), causal=True)
+    out, weights = attnlab.attention(q, k, v, causal=True, return_weights=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1.0, rtol=1e-12)
