@@ -1,6 +1,8 @@
 """attnlab.limit_threads pins attnlab's own thread pool (for timings), and the one-matmul-per-K/V-head path of
 grouped-query attention (decode: one query row per head) agrees with the repeat_kv cross-check."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -51,9 +53,7 @@ def test_grouped_query_heads_share_one_product_and_match_repeat_kv(T, S, Hkv):
 @pytest.mark.parametrize("block_elements", [8, 64, 1 << 18])
 def test_every_row_block_layout_matches_repeat_kv(monkeypatch, block_elements):
     # small blocks of query rows take the (G, r, D) @ (D, S) path, whole rows the folded (G·r, D) @ (D, S) one
-    import attnlab.attention as attention_module
-
-    monkeypatch.setattr(attention_module, "ROW_BLOCK_ELEMENTS", block_elements)
+    monkeypatch.setattr(sys.modules["attnlab.attention"], "ROW_BLOCK_ELEMENTS", block_elements)
     rng = np.random.default_rng(block_elements)
     q = rng.standard_normal((6, 7, 4))
     k, v = rng.standard_normal((2, 2, 9, 4))
