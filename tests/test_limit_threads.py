@@ -22,7 +22,7 @@ def test_limit_threads_sets_and_restores_the_worker_count():
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "1"])
 def test_limit_threads_rejects_a_bad_count(bad):
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="n must be"):
         with attnlab.limit_threads(bad):
             pass
 

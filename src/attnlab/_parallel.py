@@ -12,6 +12,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+from ._checks import positive_int
+
 # Below this many score elements a pool costs more than it saves (and small notebook examples stay single-threaded).
 MIN_PARALLEL_ELEMENTS = 1 << 20
 
@@ -69,8 +71,7 @@ def limit_threads(n: int):
     1
     """
     global _limit
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = positive_int(n, "n")
     previous, _limit = _limit, min(n, workers())
     blas = _blas_controller()
     try:
