@@ -72,6 +72,9 @@ def cache_with(length, max_len=3):
 
 
 CASES = [
+    # threads
+    ("limit_threads", lambda: attnlab.limit_threads(0).__enter__(), "n must be >= 1, got 0"),
+    ("limit_threads", lambda: attnlab.limit_threads(2.0).__enter__(), "n must be an integer, got 2.0"),
     # softmax
     ("softmax", lambda: softmax(np.arange(4)),
      "scores must be a floating-point array (float16/32/64), got dtype int64"),

@@ -15,44 +15,42 @@ def shift(m):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 6.1 online softmax in blocks
+# 6.1 the log-sum-exp of many rows, streamed
 
 
-def blocks(x, block_size=2, *, rescale=True, inverted=False, stop_early=False, subtract_max=True, guard=True,
-           dead_rows=True, normalise=True, short_output=False, update_m=True):
-    """The blocked online softmax, right by default; each flag switches on one classic mistake."""
+def lse(x, block_size, *, rescale=True, inverted=False, stop_early=False, subtract_max=True, guard=True, plus_m=True,
+        keep_column=False, axis0=False):
+    """The streamed log-sum-exp of each row, right by default; each flag switches on one classic mistake."""
     x = np.asarray(x, dtype=float)
-    m, l = -np.inf, 0.0
-    stop = len(x) - block_size + 1 if stop_early else len(x)  # stop_early: the partial last block is skipped
+    if axis0:
+        x = x.T
+    R, S = x.shape
+    m, l = np.full((R, 1), -np.inf), np.zeros((R, 1))
+    stop = S - block_size + 1 if stop_early else S  # stop_early: the partial last block is skipped
     for start in range(0, stop, block_size):
-        block = x[start:start + block_size]
+        block = x[:, start:start + block_size]
         if not subtract_max:
-            l = l + np.exp(block).sum()
+            l = l + np.exp(block).sum(axis=1, keepdims=True)
             continue
-        m_new = max(m, block.max())
-        if guard and m_new == -np.inf:
-            continue
-        factor = np.exp(m - m_new) if rescale else 1.0
-        if inverted and m > -np.inf:
-            factor = np.exp(m_new - m)
-        l = factor * l + np.exp(block - m_new).sum()
-        m = m_new if update_m else m
-    if not subtract_max:
-        return np.exp(x) / l
-    if short_output:
-        x = x[: len(x) - len(x) % block_size]
-    if dead_rows and l == 0:
-        return np.zeros_like(x)
-    return np.exp(x - m) / l if normalise else np.exp(x - m)
+        m_new = np.maximum(m, block.max(axis=1, keepdims=True))
+        sub = np.where(np.isneginf(m_new), 0.0, m_new) if guard else m_new
+        factor = np.exp(m - sub) if rescale else 1.0
+        if inverted:
+            factor = np.where(np.isneginf(m), 0.0, np.exp(m_new - m))
+        l = factor * l + np.exp(block - sub).sum(axis=1, keepdims=True)
+        m = m_new
+    with np.errstate(divide="ignore"):
+        out = np.log(l) if not subtract_max else (m + np.log(l) if plus_m else np.log(l))
+    return out if keep_column else out[:, 0]
 
 
 def test_6_1_reference_passes(capsys):
-    check("6.1", blocks)
+    check("6.1", lse)
     assert capsys.readouterr().out == "Exercise 6.1: passed\n"
 
 
 def test_6_1_unattempted(capsys):
-    def stub(x, block_size=2):
+    def stub(x, block_size):
         raise NotImplementedError
 
     check("6.1", stub)
@@ -63,61 +61,90 @@ def test_6_1_unattempted(capsys):
     (dict(rescale=False), "did you forget to rescale l by exp(m_old - m_new)?"),
     (dict(inverted=True), "upside down"),
     (dict(stop_early=True), "the last, partial block was never read"),
-    (dict(short_output=True), "the last block holds only 1 element(s)"),
     (dict(subtract_max=False), "subtract the running max before exp"),
     (dict(guard=False), "exp(-inf - (-inf)) = exp(nan) = nan"),
-    (dict(dead_rows=False), "the answer is all zeros"),
-    (dict(normalise=False), "weights that sum to"),
-    (dict(update_m=False), "do you set m = m_new after every block"),
+    (dict(plus_m=False), "add the running max back"),
+    (dict(keep_column=True), "as a 1-D array"),
+    (dict(axis0=True), "read the COLUMNS in blocks"),
 ])
 def test_6_1_classic_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed) as info:
-        check("6.1", lambda x, block_size=2: blocks(x, block_size, **mistake))
+        check("6.1", lambda x, block_size: lse(x, block_size, **mistake))
     assert message in str(info.value)
 
 
-def test_6_1_python_floats_overflow():
-    def with_math(x, block_size=2):
-        total = sum(math.exp(v) for v in x)  # raises OverflowError on 200 * x
-        return np.array([math.exp(v) / total for v in x])
+def test_6_1_a_dead_row_must_be_minus_inf():
+    def zero_for_dead(x, block_size):
+        out = lse(x, block_size)
+        return np.where(np.isneginf(out), 0.0, out)
 
-    with pytest.raises(ExerciseFailed, match="OverflowError") as info:
-        check("6.1", with_math)
-    assert "subtract the running max before exp" in str(info.value)
+    with pytest.raises(ExerciseFailed, match="entirely -inf") as info:
+        check("6.1", zero_for_dead)
+    assert "log(0) = -inf" in str(info.value)
+
+
+def test_6_1_a_loop_over_rows_with_python_floats_passes(capsys):
+    def per_row(x, block_size):
+        out = []
+        for row in np.asarray(x, dtype=float):
+            m, l = -math.inf, 0.0
+            for start in range(0, len(row), block_size):
+                b = row[start:start + block_size]
+                m_new = max(m, b.max())
+                if m_new == -math.inf:
+                    continue
+                l = math.exp(m - m_new) * l + np.exp(b - m_new).sum()
+                m = m_new
+            out.append(m + math.log(l) if l > 0 else -math.inf)
+        return np.array(out)
+
+    check("6.1", per_row)
+    assert capsys.readouterr().out == "Exercise 6.1: passed\n"
 
 
 def test_6_1_missing_return():
     with pytest.raises(ExerciseFailed, match="forget the `return`"):
-        check("6.1", lambda x, block_size=2: None)
+        check("6.1", lambda x, block_size: None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 6.2 one tile update
+# 6.2 a causal tiled pass that skips tiles
 
 
-def tile_update(m, l, acc, S_ij, V_j, *, rescale_l=True, rescale_acc=True, inverted=False, old_max_in_p=False,
-                normalise=False, guard=True, keepdims=True, return_old_m=False):
-    """The FlashAttention step, right by default; each flag switches on one classic mistake."""
-    m_new = np.maximum(m, S_ij.max(axis=1, keepdims=True))
-    sub = shift if guard else (lambda a: a)
-    P_ij = np.exp(S_ij - sub(m if old_max_in_p else m_new))
-    alpha = np.exp(m - sub(m_new)) if not inverted else np.where(np.isneginf(m), 0.0, np.exp(m_new - m))
-    l_new = (alpha * l if rescale_l else l) + P_ij.sum(axis=1, keepdims=True)
-    acc_new = (alpha * acc if rescale_acc else acc) + P_ij @ V_j
-    if normalise:
-        acc_new = acc_new / np.where(l_new == 0, 1.0, l_new)
-    if not keepdims:
-        m_new = m_new[:, 0]
-    return (m if return_old_m else m_new), l_new, acc_new
+def causal_tiled(q, k, v, Br, Bc, *, offset=True, strict=False, rescale_acc=True, rescale_l=True, skip=True,
+                 count_extra=0):
+    """Causal tiled attention for one head (queries = last T of S), right by default; flags switch on mistakes."""
+    T, D = q.shape
+    S = k.shape[0]
+    out, computed = np.zeros((T, v.shape[1])), 0
+    for i0 in range(0, T, Br):
+        rows = np.arange(i0, min(i0 + Br, T)) + (S - T if offset else 0)
+        Q_i = q[i0:i0 + Br] / np.sqrt(D)
+        m, l, acc = np.full((len(rows), 1), -np.inf), np.zeros((len(rows), 1)), np.zeros((len(rows), v.shape[1]))
+        for j0 in range(0, S, Bc):
+            if skip and j0 > rows[-1]:
+                break
+            computed += 1
+            cols = np.arange(j0, min(j0 + Bc, S))
+            allowed = cols[None, :] < rows[:, None] if strict else cols[None, :] <= rows[:, None]
+            S_ij = np.where(allowed, Q_i @ k[j0:j0 + Bc].T, -np.inf)
+            m_new = np.maximum(m, S_ij.max(axis=1, keepdims=True))
+            shift = np.where(np.isneginf(m_new), 0.0, m_new)
+            P_ij, alpha = np.exp(S_ij - shift), np.exp(m - shift)
+            l = (alpha * l if rescale_l else l) + P_ij.sum(axis=1, keepdims=True)
+            acc = (alpha * acc if rescale_acc else acc) + P_ij @ v[j0:j0 + Bc]
+            m = m_new
+        out[i0:i0 + Br] = acc / np.where(l == 0, 1.0, l)
+    return out, computed + count_extra
 
 
 def test_6_2_reference_passes(capsys):
-    check("6.2", tile_update)
+    check("6.2", causal_tiled)
     assert capsys.readouterr().out == "Exercise 6.2: passed\n"
 
 
 def test_6_2_unattempted(capsys):
-    def stub(m, l, acc, S_ij, V_j):
+    def stub(q, k, v, Br, Bc):
         raise NotImplementedError
 
     check("6.2", stub)
@@ -125,24 +152,57 @@ def test_6_2_unattempted(capsys):
 
 
 @pytest.mark.parametrize("mistake, message", [
-    (dict(rescale_l=False), "did you forget to rescale l by exp(m_old - m_new)?"),
-    (dict(rescale_acc=False), "did you forget to rescale acc by exp(m_old - m_new)?"),
-    (dict(inverted=True), "upside down"),
-    (dict(old_max_in_p=True), "P_ij must be exp(S_ij - m_new)"),
-    (dict(normalise=True), "keep acc unnormalised"),
-    (dict(return_old_m=True), "return the new running max"),
-    (dict(guard=False), "exp(-inf - (-inf)) = exp(nan) = nan"),
-    (dict(keepdims=False), "keepdims=True"),
+    (dict(offset=False), "the queries are the LAST"),
+    (dict(strict=True), "allows the diagonal"),
+    (dict(rescale_acc=False), "did you forget to rescale acc"),
+    (dict(rescale_l=False), "did you forget to rescale l"),
+    (dict(skip=False), "skip the tiles above the diagonal"),
+    (dict(count_extra=1), "count each tile you compute once"),
 ])
 def test_6_2_classic_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed) as info:
-        check("6.2", lambda *args: tile_update(*args, **mistake))
+        check("6.2", lambda *args: causal_tiled(*args, **mistake))
     assert message in str(info.value)
 
 
-def test_6_2_wrong_return_type():
-    with pytest.raises(ExerciseFailed, match="must return three arrays"):
-        check("6.2", lambda m, l, acc, S_ij, V_j: tile_update(m, l, acc, S_ij, V_j)[2])
+def test_6_2_no_guard_is_fine_under_a_causal_mask(capsys):
+    # every query may attend to key 0, so the running max is finite after the first tile: subtracting m_new is safe
+    def unguarded(q, k, v, Br, Bc):
+        T, D = q.shape
+        S = k.shape[0]
+        out, n = np.zeros((T, v.shape[1])), 0
+        for i0 in range(0, T, Br):
+            rows = np.arange(i0, min(i0 + Br, T)) + S - T
+            m, l, acc = np.full((len(rows), 1), -np.inf), np.zeros((len(rows), 1)), np.zeros((len(rows), v.shape[1]))
+            for j0 in range(0, rows[-1] + 1, Bc):
+                n += 1
+                cols = np.arange(j0, min(j0 + Bc, S))
+                s = np.where(cols <= rows[:, None], q[i0:i0 + Br] @ k[j0:j0 + Bc].T / np.sqrt(D), -np.inf)
+                m_new = np.maximum(m, s.max(axis=1, keepdims=True))
+                p, a = np.exp(s - m_new), np.exp(m - m_new)
+                l, acc, m = a * l + p.sum(axis=1, keepdims=True), a * acc + p @ v[j0:j0 + Bc], m_new
+            out[i0:i0 + Br] = acc / l
+        return out, n
+
+    check("6.2", unguarded)
+    assert capsys.readouterr().out == "Exercise 6.2: passed\n"
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda q, k, v, Br, Bc: causal_tiled(q, k, v, Br, Bc)[0], "must return two things"),
+    (lambda q, k, v, Br, Bc: (causal_tiled(q, k, v, Br, Bc)[0], "many"), "whole number"),
+    (lambda q, k, v, Br, Bc: (causal_tiled(q, k, v, Br, Bc)[0][:, :2], 1), "wrong shape"),
+])
+def test_6_2_wrong_return_types(bad, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        check("6.2", bad)
+
+
+def test_6_2_forbids_the_library():
+    from attnlab.exercises import forbidden
+
+    assert {"attnlab.tiled_attention", "attnlab.attention", "attnlab.causal_mask"} <= set(forbidden("6.2"))
+    assert "attnlab.online_softmax" in forbidden("6.1") and "attnlab.tiled_attention" in forbidden("6.3")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ one place, :func:`attnlab.softmax`. A row with no allowed key gets zero weights 
 NaN in the inputs is not hidden: it propagates to the rows it touches.
 """
 
+from ._parallel import limit_threads
 from .attention import attention, repeat_kv
 from .cost import (
     GiB,
@@ -49,7 +50,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionWeights", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "causal_mask", "causal_pairs",
     "combine_masks", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
-    "init_weights", "kv_cache_bytes", "matmul_flops", "merge_heads", "multi_head_attention", "online_softmax",
+    "init_weights", "kv_cache_bytes", "limit_threads", "matmul_flops", "merge_heads", "multi_head_attention", "online_softmax",
     "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
     "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention",
 ]

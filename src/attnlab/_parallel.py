@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from ._checks import positive_int
 
 # Below this many score elements a pool costs more than it saves (and small notebook examples stay single-threaded).
 MIN_PARALLEL_ELEMENTS = 1 << 20
 
 _pool: ThreadPoolExecutor | None = None
 _blas = None
+_limit: int | None = None  # set by limit_threads
 
 
 def workers() -> int:
-    """Threads to use: the cores this process may run on."""
+    """Threads to use: the cores this process may run on, or fewer inside :func:`limit_threads`."""
+    if _limit is not None:
+        return _limit
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -48,3 +54,31 @@ def run_blocks(fn, blocks: list, elements: int) -> list:
         _pool = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="attnlab")
     with blas.limit(limits=1, user_api="blas"):  # one BLAS thread per pool thread
         return list(_pool.map(lambda b: fn(*b), blocks))
+
+
+@contextmanager
+def limit_threads(n: int):
+    """Inside the ``with`` block, run attnlab's blocks on at most ``n`` threads (``n = 1``: one after another).
+
+    For timings: a sweep over sizes otherwise switches from one core to all of them at ``MIN_PARALLEL_ELEMENTS``
+    scores, which bends the measured growth. BLAS's own threads are limited to ``n`` too while the block runs, when
+    threadpoolctl is installed. Not thread-safe: it changes a module-wide setting.
+
+    Examples
+    --------
+    >>> with limit_threads(1):
+    ...     workers()
+    1
+    """
+    global _limit
+    n = positive_int(n, "n")
+    previous, _limit = _limit, min(n, workers())
+    blas = _blas_controller()
+    try:
+        if blas:
+            with blas.limit(limits=_limit, user_api="blas"):
+                yield
+        else:
+            yield
+    finally:
+        _limit = previous

@@ -144,10 +144,17 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
         for a in range(r0, r1, step):
             b = min(a + step, r1)
             w = weights[idx][:, a:b]  # (G, r, S), a view into the full matrix
-            np.matmul(qg[idx][:, a:b].astype(dtype) * dtype.type(scale), K, out=w)  # scores (G, r, S)
-            total = softmax_inplace(w, None if gmask is None else gmask[idx][:, a:b], normalize=False)
             o = out[idx][:, a:b]  # (G, r, Dv)
-            np.matmul(w, V, out=o)  # w holds exp(scores - max): normalise the (r, Dv) output, not the (r, S) weights
+            qs = qg[idx][:, a:b].astype(dtype) * dtype.type(scale)  # (G, r, D)
+            if b - a == T or G == 1:  # w and o are contiguous: one (G·r, D) @ (D, S) product reads K once, not G times
+                np.matmul(qs.reshape(-1, qs.shape[-1]), K, out=w.reshape(-1, S))  # scores (G·r, S)
+            else:
+                np.matmul(qs, K, out=w)  # scores (G, r, S)
+            total = softmax_inplace(w, None if gmask is None else gmask[idx][:, a:b], normalize=False)
+            if b - a == T or G == 1:  # likewise V: read once for the G heads that share it
+                np.matmul(w.reshape(-1, S), V, out=o.reshape(-1, o.shape[-1]))  # (G·r, Dv)
+            else:
+                np.matmul(w, V, out=o)  # w holds exp(scores - max): normalise the (r, Dv) output, not the (r, S) weights
             o /= total
             if return_weights:
                 w /= total

@@ -1,12 +1,17 @@
 """Checks for notebook 06, online softmax and tiled attention.
 
-6.1 ``online_softmax_blocks(x, block_size=2)``: the softmax of a 1-D array read in blocks with a running max and sum.
-6.2 ``tile_update(m, l, acc, S_ij, V_j)``: one FlashAttention step, returning the new ``(m, l, acc)``.
+6.1 ``online_logsumexp(x, block_size)``: the log-sum-exp of every row of ``x (R, S)``, streamed over blocks of columns
+    with a running max and sum per row (the online softmax of section 2, for many rows, returning what the backward
+    pass keeps).
+6.2 ``causal_tiled_attention(q, k, v, Br, Bc)`` -> ``(out, tiles_computed)``: a causal tiled pass for one head that
+    builds no mask array and skips the tiles above the diagonal, with ``T <= S`` (the pass of section 4, causal by
+    index arithmetic, as ``attnlab.tiled_attention`` does it).
 6.3 ``merge_states(a, b)``: combine two partial states ``(m, l, acc)`` computed over disjoint sets of keys.
 
-Each checker calls the learner's function on fixed inputs, compares with the exact answer, and, when it is wrong,
-recomputes the classic mistakes (the old sum not rescaled, the factor upside down, the last partial block dropped, no
-max subtracted, NaN from ``-inf - (-inf)``) to name the one the learner made.
+Each checker calls the learner's function on inputs drawn from :func:`seeded`, compares with the exact answer, and,
+when it is wrong, recomputes the classic mistakes (the old sum not rescaled, the factor upside down, the last partial
+block dropped, no max subtracted, NaN from ``-inf - (-inf)``, the causal offset of ``T < S`` ignored) to name the one
+the learner made.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import numpy as np
 
 from ..attention import attention
 from ..masks import causal_mask
-from ..softmax import softmax
 from . import exercise, fail, seeded
 
 _PI = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0])  # the max grows 3 times; 9 is not a multiple of 2
@@ -64,110 +68,185 @@ def _shift(m):
     return np.where(np.isneginf(m), 0.0, m)
 
 
+
+
 # ---------------------------------------------------------------------------------------------------------------------
-# 6.1 the online softmax in blocks
+# 6.1 the log-sum-exp of many rows, streamed in blocks
 
 
-def _blocks_variant(x, block_size, *, rescale: str = "right", drop_tail: bool = False):
-    """The blocked online softmax, right or with one classic mistake (used to diagnose a wrong answer)."""
+def _lse_variant(x, block_size, *, rescale="right", drop_tail=False, plus_m=True):
+    """The streamed log-sum-exp of every row of ``x (R, S)``, right or with one classic mistake."""
     with np.errstate(all="ignore"):
-        m, l = -np.inf, 0.0
-        stop = len(x) - len(x) % block_size if drop_tail else len(x)
+        R, S = x.shape
+        m, l = np.full((R, 1), -np.inf), np.zeros((R, 1))
+        stop = S - S % block_size if drop_tail else S
         for start in range(0, stop, block_size):
-            block = x[start:start + block_size]
-            m_new = max(m, block.max())
-            if m_new == -np.inf:
-                continue
-            factor = {"right": np.exp(m - m_new), "none": 1.0, "inverted": np.exp(m_new - m)}[rescale]
-            if m == -np.inf:
-                factor = 0.0  # l is 0 anyway; keeps inf * 0 out of the inverted variant
-            l = factor * l + np.exp(block - m_new).sum()
+            block = x[:, start:start + block_size]
+            m_new = np.maximum(m, block.max(axis=1, keepdims=True))  # m_new = max(m, rowmax(block))
+            factor = {"right": np.exp(m - _shift(m_new)), "none": np.ones_like(m),
+                      "inverted": np.where(np.isneginf(m), 0.0, np.exp(m_new - m))}[rescale]
+            l = factor * l + np.exp(block - _shift(m_new)).sum(axis=1, keepdims=True)
             m = m_new
-        return np.exp(x - m) / l if l > 0 else np.zeros_like(x)
+        return (m + np.log(l) if plus_m else np.log(l))[:, 0]
 
 
-def _check_blocks(fn, x, block_size, where: str):
-    """Call ``fn(x, block_size)`` and compare with the softmax; on a mismatch, name the mistake."""
-    expected = softmax(x)
-    call = f"online_softmax_blocks({where}, block_size={block_size})"
-    tail = len(x) % block_size
-    tail_hint = (f"len(x) = {len(x)} is not a multiple of block_size = {block_size}, so the last block holds only "
-                 f"{tail} element(s); loop with `range(0, len(x), block_size)` and the slice "
-                 "`x[start:start + block_size]` so that it is read too")
-    overflow_hint = ("subtract the running max before exp: e^(x - m) is at most 1 and never overflows, while "
-                     f"e^{x.max():.0f} does not fit in a float")
-    finite = np.isfinite(x)
-    if not finite.any():
-        nonfinite_hint = ("every entry is -inf, so nothing may be attended: l stays 0, and the answer is all zeros "
-                          "(the course's rule for fully masked rows), not 0 / 0 = NaN")
-    elif not finite.all():
-        nonfinite_hint = ("exp(-inf - (-inf)) = exp(nan) = nan: while the running max is still -inf (only masked "
-                          "entries so far) there is nothing to rescale; skip such a block, or subtract 0 instead of "
-                          "m_new")
-    elif x.max() > 700:
-        nonfinite_hint = overflow_hint
-    elif block_size > len(x):
-        nonfinite_hint = (f"block_size = {block_size} is larger than len(x) = {len(x)}: the whole row is one partial "
-                          "block, and `range(0, len(x), block_size)` still visits it")
-    else:
-        nonfinite_hint = ("inf or NaN from finite scores: do you set m = m_new after every block, and divide "
-                          "exp(x - m) by the final l, with m the final running max?")
-    got = _quiet(fn, x.copy(), block_size, arithmetic_hint=nonfinite_hint)
-    got = _as_float_array(got, call, x.shape, tail_hint if tail and got is not None and
-                          np.shape(got) == (len(x) - tail,) else "return one weight per entry of x")
+def _check_lse(fn, x, block_size, where: str):
+    """Call ``fn(x, block_size)`` and compare with the exact log-sum-exp of each row; on a mismatch, name the mistake."""
+    expected = _lse_variant(x, block_size=x.shape[1])  # one block: the plain stable log-sum-exp
+    R, S = x.shape
+    call = f"online_logsumexp({where}, block_size={block_size})"
+    tail = S % block_size
+    tail_hint = (f"S = {S} is not a multiple of block_size = {block_size}, so the last block holds only {tail} "
+                 "column(s); loop with `range(0, x.shape[1], block_size)` and the slice "
+                 "`x[:, start:start + block_size]` so that it is read too")
+    got = _quiet(fn, x.copy(), block_size,
+                 arithmetic_hint="subtract the running max before exp: e^(x - m) is at most 1 and never overflows")
+    shape_hint = {(R, 1): "return one number per row as a 1-D array: (m + np.log(l))[:, 0]",
+                  (S,): f"the rows are the R = {R} queries: read the COLUMNS in blocks (x[:, start:start + "
+                        "block_size]) and take max and sum along axis=1, keeping one m and one l per row"}.get(
+        np.shape(got) if got is not None else None, "return one number per row of x")
+    got = _as_float_array(got, call, (R,), shape_hint)
     if _close(got, expected):
         return
-    if not np.isfinite(got).all():
-        fail(f"{call} contains inf or NaN", _fmt(expected), _fmt(got), nonfinite_hint)
-    if _close(got, _blocks_variant(x, block_size, rescale="none")):
-        fail(f"{call} is not the softmax", _fmt(expected), _fmt(got),
-             "did you forget to rescale l by exp(m_old - m_new)? When a block raises the running max, every term "
-             "already summed in l was measured against the old max and must shrink by that factor")
-    if _close(got, _blocks_variant(x, block_size, rescale="inverted")):
-        fail(f"{call} is not the softmax", _fmt(expected), _fmt(got),
-             "the rescaling factor is upside down: multiply l by exp(m_old - m_new), which is at most 1, "
-             "not by exp(m_new - m_old)")
-    if tail and _close(got, _blocks_variant(x, block_size, drop_tail=True)):
-        fail(f"{call} is not the softmax", _fmt(expected), _fmt(got),
-             f"the last, partial block was never read (your weights sum to {got.sum():.4f}): {tail_hint}")
-    total = got.sum()
-    if finite.any() and not np.isclose(total, 1.0):
-        fail(f"{call} is not normalised", "weights that sum to 1", f"weights that sum to {total:.4f}: {_fmt(got)}",
-             "divide exp(x - m) by the final running sum l, with m the final running max")
-    fail(f"{call} is not the softmax", _fmt(expected), _fmt(got),
-         "keep m = max so far and l = sum of exp(x_j - m) so far; return exp(x - m) / l at the end")
+    variants = [
+        (_lse_variant(x, block_size, rescale="none"), "did you forget to rescale l by exp(m_old - m_new)? When a "
+         "block raises a row's running max, every term already summed in l was measured against the old max"),
+        (_lse_variant(x, block_size, rescale="inverted"), "the rescaling factor is upside down: multiply l by "
+         "exp(m_old - m_new), which is at most 1, not by exp(m_new - m_old)"),
+        (_lse_variant(x, block_size, plus_m=False), "you returned log(l); l is the sum of exp(x - m), so "
+         "log(sum exp(x)) = m + log(l): add the running max back"),
+    ]
+    if tail:
+        variants.append((_lse_variant(x, block_size, drop_tail=True), f"the last, partial block was never read: "
+                         f"{tail_hint}"))
+    for variant, hint in variants:
+        if _close(got, variant):
+            fail(f"{call} is not the log-sum-exp of each row", _fmt(expected), _fmt(got), hint)
+    bad = ~np.isfinite(got) & np.isfinite(expected)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        hint = ("exp(-inf - (-inf)) = exp(nan) = nan: while a row's running max is still -inf (only masked entries so "
+                "far) there is nothing to rescale; subtract 0 instead of m_new in such rows "
+                "(np.where(np.isneginf(m_new), 0, m_new))" if np.isneginf(x[row]).any() and np.isnan(got[row]) else
+                "subtract the running max before exp: e^(x - m) is at most 1 and never overflows, while "
+                f"e^{np.nanmax(x[row][np.isfinite(x[row])]):.0f} does not fit in a float")
+        fail(f"{call}: row {row} is {got[row]}", _fmt(expected[row]), _fmt(got[row]), hint)
+    dead = np.isneginf(x).all(axis=1)
+    if dead.any() and not np.array_equal(got[dead], expected[dead]):
+        row = int(np.argwhere(dead)[0][0])
+        fail(f"{call}: row {row} is entirely -inf", "-inf", _fmt(got[row]),
+             "a row with nothing allowed has l = 0, and log(0) = -inf: its log-sum-exp is -inf (its softmax would be "
+             "all zeros), not NaN and not 0" + ("; NaN comes from exp(-inf - (-inf)) = exp(nan) = nan: subtract 0 "
+             "instead of m_new while m_new is -inf" if np.isnan(got[row]) else ""))
+    fail(f"{call} is not the log-sum-exp of each row", _fmt(expected), _fmt(got),
+         "keep per row m = max so far and l = sum of exp(x_j - m) so far, as (R, 1) columns; return m + log(l)")
 
 
-@exercise("6.1", forbids=('attnlab.online_softmax', 'attnlab.online_softmax_stats', 'attnlab.softmax'))
-def check_online_softmax_blocks(online_softmax_blocks) -> None:
-    """Blocks of 2 over a row whose max grows, other block sizes, huge scores, masked entries and a dead row."""
-    _check_blocks(online_softmax_blocks, _PI, 2, "x")
-    for block_size in (1, 3, 4, 20):
-        _check_blocks(online_softmax_blocks, _PI, block_size, "x")
-    _check_blocks(online_softmax_blocks, 200 * _PI, 2, "200 * x")
-    masked = np.array([-np.inf, -np.inf, 2.0, 0.0, -np.inf, 1.0, 3.0])
-    _check_blocks(online_softmax_blocks, masked, 2, "[-inf, -inf, 2, 0, -inf, 1, 3]")
-    _check_blocks(online_softmax_blocks, np.full(5, -np.inf), 2, "[-inf] * 5")
+@exercise("6.1", forbids=("attnlab.softmax", "attnlab.online_softmax", "attnlab.online_softmax_stats"))
+def check_online_logsumexp(online_logsumexp) -> None:
+    """Rows whose max grows, other block sizes, scores in the thousands, masked entries, a dead row, R != S."""
+    rng = seeded(61)
+    x = np.stack([_PI, _PI[::-1], 200 * _PI, rng.normal(scale=3, size=9),
+                  [-np.inf, -np.inf, 2.0, 0.0, -np.inf, 1.0, 3.0, -np.inf, 0.5], np.full(9, -np.inf)])  # (6, 9)
+    _check_lse(online_logsumexp, x[:4], 2, "x[:4]")  # no masked entries yet
+    for block_size in (2, 1, 4, 20):
+        _check_lse(online_logsumexp, x, block_size, "x")
+    wide = rng.normal(scale=4, size=(3, 50))
+    wide[1, :23] = -np.inf  # a row that starts with a run of masked blocks
+    _check_lse(online_logsumexp, wide, 8, "a (3, 50) array")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 6.2 one tile update
+# 6.2 a causal tiled pass that skips tiles, by index arithmetic
 
 
-def _update_variant(m, l, acc, S_ij, V_j, *, rescale_l=True, rescale_acc=True, inverted=False, old_max_in_p=False,
-                    normalise=False):
-    """The tile update, right or with one classic mistake."""
+def _causal_variant(q, k, v, Br, Bc, *, offset=True, strict=False, rescale_acc=True, rescale_l=True, skip=True):
+    """One-head causal tiled attention (queries = last T of S positions), right or with one classic mistake.
+
+    Returns ``(out, tiles_computed)``.
+    """
     with np.errstate(all="ignore"):
-        m_new = np.maximum(m, S_ij.max(axis=1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
-        P_ij = np.exp(S_ij - _shift(m if old_max_in_p else m_new))  # (Br, Bc)
-        alpha = np.exp(m - _shift(m_new))  # e^(m - m_new)
-        if inverted:
-            alpha = np.where(np.isneginf(m), 0.0, np.exp(m_new - m))
-        l_new = (alpha * l if rescale_l else l) + P_ij.sum(axis=1, keepdims=True)
-        acc_new = (alpha * acc if rescale_acc else acc) + P_ij @ V_j  # (Br, Dv)
-        if normalise:
-            acc_new = acc_new / np.where(l_new == 0, 1.0, l_new)
-        return m_new, l_new, acc_new
+        T, D = q.shape
+        S = k.shape[0]
+        shift = S - T if offset else 0
+        out, computed = np.zeros((T, v.shape[1])), 0
+        for i0 in range(0, T, Br):
+            rows = np.arange(i0, min(i0 + Br, T)) + shift  # positions of this block's queries
+            Q_i = q[i0:i0 + Br] / np.sqrt(D)
+            m, l, acc = np.full((len(rows), 1), -np.inf), np.zeros((len(rows), 1)), np.zeros((len(rows), v.shape[1]))
+            for j0 in range(0, S, Bc):
+                if skip and j0 > rows[-1] - (1 if strict else 0):
+                    break
+                computed += 1
+                cols = np.arange(j0, min(j0 + Bc, S))
+                allowed = cols[None, :] < rows[:, None] if strict else cols[None, :] <= rows[:, None]
+                S_ij = np.where(allowed, Q_i @ k[j0:j0 + Bc].T, -np.inf)  # (Br, Bc)
+                m_new = np.maximum(m, S_ij.max(axis=1, keepdims=True))
+                P_ij = np.exp(S_ij - _shift(m_new))
+                alpha = np.exp(m - _shift(m_new))
+                l = (alpha * l if rescale_l else l) + P_ij.sum(axis=1, keepdims=True)
+                acc = (alpha * acc if rescale_acc else acc) + P_ij @ v[j0:j0 + Bc]
+                m = m_new
+            out[i0:i0 + Br] = acc / np.where(l == 0, 1.0, l)
+        return out, computed
+
+
+@exercise("6.2", forbids=("attnlab.attention", "attnlab.tiled_attention", "attnlab.causal_mask",
+                          "attnlab.multi_head_attention", "attnlab.softmax", "attnlab.online_softmax",
+                          "attnlab.online_softmax_stats"))
+def check_causal_tiled_attention(causal_tiled_attention) -> None:
+    """Square and non-square causal passes, blocks that do not divide, one tile, one query; outputs and tile counts."""
+    rng = seeded(62)
+    cases = [(10, 10, 4, 3), (16, 16, 4, 4), (6, 13, 4, 5), (1, 9, 4, 4), (7, 7, 8, 8), (12, 20, 5, 3)]
+    for T, S, Br, Bc in cases:
+        q, k = rng.normal(size=(T, 4)) * 1.5, rng.normal(size=(S, 4))
+        v = rng.normal(size=(S, 3))
+        call = f"causal_tiled_attention(q, k, v, Br={Br}, Bc={Bc}) with T={T}, S={S}"
+        got = _quiet(causal_tiled_attention, q.copy(), k.copy(), v.copy(), Br, Bc)
+        if got is None:
+            fail(f"{call} returned None", "a tuple (out, tiles_computed)", "None", "did you forget the `return`?")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(f"{call} must return two things", "a tuple (out, tiles_computed)", type(got).__name__,
+                 "end with `return out, tiles_computed`")
+        out = _as_float_array(got[0], f"{call}: out", (T, 3), "one row per query, one column per value feature")
+        expected = attention(q, k, v, causal_mask(T, S))  # the queries are the last T of S positions
+        needed = _causal_variant(q, k, v, Br, Bc)[1]  # tiles with at least one allowed (query, key) pair
+        if not _close(out, expected):
+            if not np.isfinite(out).all():
+                fail(f"{call}: out contains inf or NaN", _fmt(expected), _fmt(out),
+                     "every query may attend to key 0, so after the first tile every row has a finite max; check "
+                     "that exp(m - m_new) uses the running max from before the tile, and that you divide by l")
+            variants = [
+                (_causal_variant(q, k, v, Br, Bc, offset=False)[0], f"with T = {T} < S = {S} the queries are the LAST "
+                 f"T positions: query i sits at position S - T + i = {S - T} + i and may attend to keys j <= S - T + i"),
+                (_causal_variant(q, k, v, Br, Bc, strict=True)[0], "the causal mask allows the diagonal: query at "
+                 "position p may attend to keys j <= p, itself included (j < p leaves the first query nothing)"),
+                (_causal_variant(q, k, v, Br, Bc, rescale_acc=False)[0], "did you forget to rescale acc by "
+                 "exp(m_old - m_new)? acc is measured against the running max, exactly like l"),
+                (_causal_variant(q, k, v, Br, Bc, rescale_l=False)[0], "did you forget to rescale l by "
+                 "exp(m_old - m_new)? The old sum was measured against the old max"),
+            ]
+            for variant, hint in variants:
+                if _close(out, variant):
+                    fail(f"{call}: out is not causal attention", _fmt(expected), _fmt(out), hint)
+            fail(f"{call}: out is not causal attention", _fmt(expected), _fmt(out),
+                 "skip only tiles whose first key j0 comes after the block's last query position; inside a computed "
+                 "tile, set the scores of keys j > the query's position to -inf")
+        count = got[1]
+        if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer, float, np.floating)) or (
+                float(count) != int(count)):
+            fail(f"{call}: tiles_computed must be a whole number", needed, repr(count))
+        count, total = int(count), -(-T // Br) * -(-S // Bc)
+        if count != needed:
+            hint = (f"all {total} tiles: skip the tiles above the diagonal. A key block starting at j0 can be skipped "
+                    "when j0 > the position of the block's last query, S - T + i1 - 1" if count == total else
+                    f"the grid has {total} tiles, of which {needed} contain an allowed (query, key) pair and "
+                    f"{total - needed} lie entirely above the diagonal; count each tile you compute once")
+            fail(f"{call}: wrong number of tiles computed", needed, count, hint)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the running state (m, l, acc), shared by the checks of 6.3
 
 
 def _unpack_state(got, what: str, Br: int, Dv: int):
@@ -203,74 +282,6 @@ def _diagnose_state(what, got, expected, variants, nan_hint: str) -> None:
               "acc": "acc_new = exp(m - m_new) * acc + exp(S_ij - m_new) @ V_j"}[name])
 
 
-_NAN_HINT = ("a row whose scores are all -inf so far has m_new = -inf, and exp(-inf - (-inf)) = exp(nan) = nan; "
-             "subtract 0 instead of m_new in such rows (np.where(np.isneginf(m_new), 0, m_new)), so that they keep "
-             "m = -inf, l = 0 and acc = 0")
-
-
-def _update_variants(args):
-    return [
-        (_update_variant(*args, rescale_l=False), "did you forget to rescale l by exp(m_old - m_new)? The old sum was "
-         "measured against the old max"),
-        (_update_variant(*args, rescale_acc=False), "did you forget to rescale acc by exp(m_old - m_new)? acc is a sum "
-         "of exp(s - m) v over the keys seen so far, measured against the old max, exactly like l"),
-        (_update_variant(*args, inverted=True), "the rescaling factor is upside down: use exp(m_old - m_new), which is "
-         "at most 1, not exp(m_new - m_old)"),
-        (_update_variant(*args, old_max_in_p=True), "P_ij must be exp(S_ij - m_new), with the new max: everything in "
-         "the state is measured against the same max"),
-        (_update_variant(*args, normalise=True), "keep acc unnormalised (do not divide by l inside the step): the "
-         "division happens once, after the last tile"),
-        ((args[0], *_update_variant(*args)[1:]), "return the new running max m_new, not the old one"),
-    ]
-
-
-@exercise("6.2", forbids=('attnlab.tiled_attention',))
-def check_tile_update(tile_update) -> None:
-    """One step from a mid-row state, one step from the empty state with masked rows, then a whole tiled pass."""
-    rng = seeded(62)
-    Br, Bc, Dv = 4, 3, 2
-    # a state after earlier tiles, and a tile whose row max rises (rows 0, 2), stays below (row 1) or ties (row 3)
-    m = np.array([[1.0], [2.0], [0.5], [3.0]])
-    l = np.array([[1.5], [2.0], [1.2], [1.0]])
-    acc = rng.normal(size=(Br, Dv))
-    S_ij = np.array([[2.5, 0.0, -1.0], [1.0, -0.5, 0.2], [4.0, 3.5, -np.inf], [3.0, 1.0, 2.0]])
-    V_j = rng.normal(size=(Bc, Dv))
-    args = (m, l, acc, S_ij, V_j)
-    what = "tile_update(m, l, acc, S_ij, V_j)"
-    got = _unpack_state(_quiet(tile_update, *(a.copy() for a in args)), what, Br, Dv)
-    expected = _update_variant(*args)
-    variants = _update_variants(args)
-    _diagnose_state(what, got, expected, variants, "no row is masked here: which exp or division gave NaN or inf?")
-    # the first tile of a row block: row 1 is fully masked in it, row 2 partly
-    m0, l0, acc0 = np.full((Br, 1), -np.inf), np.zeros((Br, 1)), np.zeros((Br, Dv))
-    S_0 = rng.normal(size=(Br, Bc))
-    S_0[1] = -np.inf
-    S_0[2, :2] = -np.inf
-    args = (m0, l0, acc0, S_0, V_j)
-    what = "tile_update on the first tile (m = -inf, l = 0, acc = 0; row 1 of S_ij is all -inf)"
-    got = _unpack_state(_quiet(tile_update, *(a.copy() for a in args)), what, Br, Dv)
-    _diagnose_state(what, got, _update_variant(*args), _update_variants(args), _NAN_HINT)
-    # a whole tiled pass: T = 7 queries, S = 8 keys, causal, with query 4 attending to nothing
-    T, S, D = 7, 8, 3
-    q, k, v = rng.normal(size=(T, D)), rng.normal(size=(S, D)), rng.normal(size=(S, Dv))
-    mask = causal_mask(T, S)
-    mask[4] = False
-    exact = attention(q, k, v, mask)
-    out = np.empty((T, Dv))
-    for i0 in range(0, T, Br):
-        rows = slice(i0, i0 + Br)
-        n = len(q[rows])
-        state = (np.full((n, 1), -np.inf), np.zeros((n, 1)), np.zeros((n, Dv)))
-        for j0 in range(0, S, Bc):
-            cols = slice(j0, j0 + Bc)
-            S_t = np.where(mask[rows, cols], q[rows] @ k[cols].T / np.sqrt(D), -np.inf)  # (Br, Bc)
-            state = _unpack_state(_quiet(tile_update, *state, S_t, v[cols]), "tile_update", n, Dv)
-        out[rows] = state[2] / np.where(state[1] == 0, 1.0, state[1])
-    if not _close(out, exact):
-        fail("a tiled pass built from your tile_update is not attention", _fmt(exact), _fmt(out),
-             "run the step on tiles of different shapes (the last ones are smaller) and check each output")
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # 6.3 merging two partial states
 
@@ -298,7 +309,8 @@ def _state_over(q, k, v, mask):
     return m, P.sum(axis=1, keepdims=True), P @ v
 
 
-@exercise("6.3", forbids=('attnlab.online_softmax', 'attnlab.online_softmax_stats'))
+@exercise("6.3", forbids=("attnlab.attention", "attnlab.tiled_attention", "attnlab.softmax",
+                          "attnlab.online_softmax", "attnlab.online_softmax_stats"))
 def check_merge_states(merge_states) -> None:
     """Merge the states of the two halves of the keys, including rows masked in one half or in both."""
     rng = seeded(63)
