@@ -26,48 +26,73 @@ def test_unattempted_stub_is_reported(exercise_id, capsys):
 # ------------------------------------------------------------------------------------------------------------ 3.1
 
 
-def std_reference(d_k, n, rng):
-    q = rng.standard_normal((n, d_k))  # (n, d_k)
-    k = rng.standard_normal((n, d_k))  # (n, d_k)
-    return np.sum(q * k, axis=-1).std()
+def stats_reference(d_k, var_q, var_k, rho):
+    s = np.sqrt(var_q * var_k)
+    return d_k * rho * s, s * np.sqrt(d_k * (1 + rho**2))
 
 
-def std_one_draw(d_k, n, rng):  # another correct way to draw: one array for q and k
-    q, k = rng.normal(0.0, 1.0, size=(2, n, d_k))
-    return float(np.std(np.einsum("nd,nd->n", q, k), ddof=1))
+def stats_as_array(d_k, var_q, var_k, rho):  # another correct form: an array of two numbers, variance route
+    second_moment = var_q * var_k + 2 * (rho**2) * var_q * var_k  # E[q_i² k_i²]
+    mean_one = rho * np.sqrt(var_q * var_k)
+    return np.array([d_k * mean_one, np.sqrt(d_k * (second_moment - mean_one**2))])
 
 
-def std_all_pairs(d_k, n, rng):  # every query against every key: still a spread of √d_k
-    q, k = rng.standard_normal((2, n, d_k))
-    return (q @ k.T).std()
+def test_3_1_correct_solutions_pass(capsys):
+    assert passes("3.1", stats_reference, capsys)
+    assert passes("3.1", stats_as_array, capsys)
 
 
-@pytest.mark.parametrize("solution", [std_reference, std_one_draw, std_all_pairs])
-def test_3_1_correct_solutions_pass(solution, capsys):
-    assert passes("3.1", solution, capsys)
+def test_3_1_reference_matches_a_simulation():
+    rng = np.random.default_rng(0)
+    d_k, var_q, var_k, rho, n = 50, 2.0, 0.5, 0.6, 200_000
+    q = rng.standard_normal((n, d_k)) * np.sqrt(var_q)
+    k = (rho * q / np.sqrt(var_q) + np.sqrt(1 - rho**2) * rng.standard_normal((n, d_k))) * np.sqrt(var_k)
+    s = np.sum(q * k, axis=-1)
+    mean, std = stats_reference(d_k, var_q, var_k, rho)
+    assert abs(s.mean() - mean) < 0.02 * std and abs(s.std() / std - 1) < 0.01
+
+
+def _with_std(std):
+    return lambda d_k, var_q, var_k, rho: (stats_reference(d_k, var_q, var_k, rho)[0], std(d_k, var_q, var_k, rho))
+
+
+def _with_mean(mean):
+    return lambda d_k, var_q, var_k, rho: (mean(d_k, var_q, var_k, rho), stats_reference(d_k, var_q, var_k, rho)[1])
 
 
 @pytest.mark.parametrize("wrong, phrases", [
-    (lambda d_k, n, rng: np.sum(rng.standard_normal((n, d_k)) * rng.standard_normal((n, d_k)), -1).var(),
-     ["variance", ".var()"]),
-    (lambda d_k, n, rng: (np.sum(rng.standard_normal((n, d_k)) * rng.standard_normal((n, d_k)), -1)
-                          / np.sqrt(d_k)).std(), ["does not grow with d_k"]),
-    (lambda d_k, n, rng: (rng.standard_normal((n, d_k)) * rng.standard_normal((n, d_k))).std(),
-     ["does not grow with d_k", "forget to sum"]),
-    (lambda d_k, n, rng: np.sum(rng.standard_normal((n, d_k)) ** 2, -1).std(), ["q·q"]),
-    (lambda d_k, n, rng: np.sum(rng.random((n, d_k)) * rng.random((n, d_k)), -1).std(), ["rng.random", "[0, 1)"]),
-    (lambda d_k, n, rng: np.sum(rng.standard_normal((n, d_k)) * rng.standard_normal((n, d_k)), 0).std(),
-     ["grows with n"]),
-    (lambda d_k, n, rng: np.sum(rng.standard_normal((n, d_k)) * rng.standard_normal((n, d_k)), -1).mean(),
-     ["mean"]),
-    (lambda d_k, n, rng: np.sum(np.random.default_rng().standard_normal((2, n, d_k)).prod(0), -1).std(),
-     ["same seed", "rng"]),
-    (lambda d_k, n, rng: np.sum(rng.standard_normal((n, d_k)) * rng.standard_normal((n, d_k)), -1),
-     ["one number", "shape (2000,)"]),
-    (lambda d_k, n, rng: None, ["return"]),
+    (_with_mean(lambda d, a, b, r: 0.0), ["mean of q·k", "not 0"]),
+    (_with_mean(lambda d, a, b, r: d * r), ["left out σ_q σ_k"]),
+    (_with_mean(lambda d, a, b, r: d * r * a * b), ["not the variances"]),
+    (_with_mean(lambda d, a, b, r: r * np.sqrt(a * b)), ["mean of one product"]),
+    (_with_mean(lambda d, a, b, r: np.sqrt(d) * r * np.sqrt(a * b)), ["means add"]),
+    (_with_mean(lambda d, a, b, r: d * abs(r) * np.sqrt(a * b)), ["negative ρ", "|ρ|"]),
+    (_with_std(lambda d, a, b, r: np.sqrt(d * a * b)), ["uncorrelated", "correlation adds variance"]),
+    (_with_std(lambda d, a, b, r: np.sqrt(d * a * b * (1 + 2 * r**2))), ["subtract the squared mean"]),
+    (_with_std(lambda d, a, b, r: np.sqrt(d * a * b * (1 - r**2))), ["sign of the ρ² term"]),
+    (_with_std(lambda d, a, b, r: d * a * b * (1 + r**2)), ["that is the variance"]),
+    (_with_std(lambda d, a, b, r: np.sqrt(d * (1 + r**2)) * a * b), ["not var_q·var_k"]),
+    (_with_std(lambda d, a, b, r: d * np.sqrt(a * b * (1 + r**2))), ["variances do"]),
+    (_with_std(lambda d, a, b, r: np.sqrt(a * b * (1 + r**2))), ["spread of one product"]),
+    (_with_std(lambda d, a, b, r: np.sqrt(d * (1 + r**2))), ["variances var_q and var_k are missing"]),
+    (_with_std(lambda d, a, b, r: 1.0), ["standard deviation of q·k is wrong", "E[q_i²k_i²]"]),
+    (lambda d, a, b, r: stats_reference(d, a, b, r)[1], ["two numbers", "mean, std"]),
+    (lambda d, a, b, r: None, ["return"]),
 ])
 def test_3_1_classic_mistakes_are_diagnosed(wrong, phrases):
     expect_failure("3.1", wrong, *phrases)
+
+
+def test_3_1_takes_only_plain_numbers():
+    seen = []
+
+    def spy(d_k, var_q, var_k, rho):
+        seen.append((d_k, var_q, var_k, rho))
+        return stats_reference(d_k, var_q, var_k, rho)
+
+    check("3.1", spy)
+    assert seen and all(type(d) is int and all(type(x) is float for x in rest) for d, *rest in seen)
+    assert seen[0] == (64, 1.0, 1.0, 0.0)
 
 
 # ------------------------------------------------------------------------------------------------------------ 3.2
@@ -118,43 +143,67 @@ def test_3_2_reference_is_diag_minus_outer():
 # ------------------------------------------------------------------------------------------------------------ 3.3
 
 
-def scores_reference(q, k):
-    return q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (..., T, S)
+def heads_reference(q, k, H):
+    D = q.shape[-1] // H
+    return np.stack([q[..., h * D:(h + 1) * D] @ k[..., h * D:(h + 1) * D].swapaxes(-1, -2) for h in range(H)],
+                    axis=-3) / np.sqrt(D)
 
 
-def scores_einsum(q, k):
-    return np.einsum("...td,...sd->...ts", q / np.sqrt(q.shape[-1]), k)
+def heads_by_reshape(q, k, H):  # the notebook-04 way: reshape, swap, one batched matmul
+    D = q.shape[-1] // H
+    qh = q.reshape(*q.shape[:-1], H, D).swapaxes(-2, -3)  # (..., H, T, D)
+    kh = k.reshape(*k.shape[:-1], H, D).swapaxes(-2, -3)  # (..., H, S, D)
+    return np.einsum("...htd,...hsd->...hts", qh, kh) / np.sqrt(D)
 
 
 def test_3_3_correct_solutions_pass(capsys):
-    assert passes("3.3", scores_reference, capsys)
-    assert passes("3.3", scores_einsum, capsys)
+    assert passes("3.3", heads_reference, capsys)
+    assert passes("3.3", heads_by_reshape, capsys)
 
 
-def d_model_scale(q, k):  # sqrt(H * D): the width of the whole model, not of one head
-    width = q.shape[-1] * (q.shape[-3] if q.ndim >= 3 else 1)
-    return q @ k.swapaxes(-1, -2) / np.sqrt(width)
+def _scaled(factor):
+    return lambda q, k, H: heads_reference(q, k, H) * np.sqrt(q.shape[-1] // H) * factor(q, k, H)
 
 
 @pytest.mark.parametrize("wrong, phrases", [
-    (lambda q, k: q @ k.swapaxes(-1, -2), ["no scaling"]),
-    (lambda q, k: q @ k.swapaxes(-1, -2) / q.shape[-1], ["divided by d_k instead of √d_k"]),
-    (lambda q, k: q @ k.swapaxes(-1, -2) * np.sqrt(q.shape[-1]), ["multiplied"]),
-    (d_model_scale, ["√d_model", "√64", "√16"]),
-    (lambda q, k: q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[1]), ["wrong axis", "T, the number of queries"]),
-    (lambda q, k: q @ k.swapaxes(-1, -2) / np.sqrt(len(q)), ["wrong axis"]),
-    (lambda q, k: q @ k.swapaxes(-1, -2) / np.sqrt(k.shape[-2]), ["S, the number of keys"]),
-    (lambda q, k: q @ k.T / np.sqrt(q.shape[-1]), ["k.T reverses every axis", "swapaxes"]),
-    (lambda q, k: k @ q.swapaxes(-1, -2) / np.sqrt(q.shape[-1]), ["transposed", "k @ qᵀ"]),
-    (lambda q, k: np.exp(scores_reference(q, k)) / np.exp(scores_reference(q, k)).sum(-1, keepdims=True),
+    (_scaled(lambda q, k, H: 1.0), ["no scaling"]),
+    (_scaled(lambda q, k, H: 1 / np.sqrt(q.shape[-1])), ["√d_model", "instead of √D"]),
+    (_scaled(lambda q, k, H: 1 / (q.shape[-1] // H)), ["divided by D instead of √D"]),
+    (_scaled(lambda q, k, H: 1 / q.shape[-1]), ["divided by d_model"]),
+    (_scaled(lambda q, k, H: np.sqrt(q.shape[-1] // H)), ["multiplied"]),
+    (_scaled(lambda q, k, H: 1 / np.sqrt(H)), ["the number of heads H"]),
+    (_scaled(lambda q, k, H: 1 / np.sqrt(q.shape[-2])), ["the number of queries T"]),
+    (_scaled(lambda q, k, H: 1 / np.sqrt(k.shape[-2])), ["the number of keys S"]),
+    (lambda q, k, H: q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1] // H), ["one score matrix for all heads",
+                                                                        "sum of the heads"]),
+    (lambda q, k, H: heads_by_reshape(q.reshape(*q.shape[:-1], q.shape[-1] // H, H).swapaxes(-1, -2).reshape(q.shape),
+                                      k.reshape(*k.shape[:-1], k.shape[-1] // H, H).swapaxes(-1, -2).reshape(k.shape),
+                                      H), ["wrong columns", "contiguous block"]),
+    (lambda q, k, H: np.moveaxis(heads_reference(q, k, H), -3, -2), ["before the query axis"]),
+    (lambda q, k, H: heads_reference(q, k, H).swapaxes(-1, -2), ["wrong shape", "(T, S), not (S, T)"]),
+    (lambda q, k, H: np.moveaxis(heads_reference(q, k, H), -3, 0), ["after the batch axes"]),
+    (lambda q, k, H: np.stack([q[:, h::H] @ k[:, h::H].T for h in range(H)]) / np.sqrt(q.shape[-1] // H)
+     if q.ndim == 2 else heads_reference(q, k, H), ["wrong columns"]),
+    (lambda q, k, H: np.stack([q[..., h * (q.shape[-1] // H):(h + 1) * (q.shape[-1] // H)]
+                               @ k[..., h * (q.shape[-1] // H):(h + 1) * (q.shape[-1] // H)].T for h in range(H)])
+     / np.sqrt(q.shape[-1] // H), ["raised ValueError", "swapaxes"]),
+    (lambda q, k, H: np.exp(heads_reference(q, k, H)) / np.exp(heads_reference(q, k, H)).sum(-1, keepdims=True),
      ["softmax weights"]),
-    (lambda q, k: scores_reference(q, k) + 1.0, ["entry [0, 0]"]),
-    (lambda q, k: None, ["return"]),
+    (lambda q, k, H: heads_reference(q, k, H) + 1.0, ["entry [..., 0, 0, 0]"]),
+    (lambda q, k, H: None, ["return"]),
 ])
 def test_3_3_classic_mistakes_are_diagnosed(wrong, phrases):
     expect_failure("3.3", wrong, *phrases)
 
 
 def test_3_3_d_model_mistake_names_both_widths():
-    message = expect_failure("3.3", d_model_scale)
-    assert "H=4" in message or "H·d_k" in message
+    message = expect_failure("3.3", _scaled(lambda q, k, H: 1 / np.sqrt(q.shape[-1])))
+    assert "√12" in message and "√4" in message
+
+
+def test_every_exercise_of_notebook_03_declares_what_it_forbids():
+    from attnlab.exercises import _FORBIDS, forbidden
+
+    forbidden("3.1")
+    assert {"3.1", "3.2", "3.3"} <= set(_FORBIDS)
+    assert "attnlab.split_heads" in forbidden("3.3")

@@ -25,9 +25,13 @@ def test_unattempted_stub(exercise_id, capsys):
 # ------------------------------------------------------------------------------------------------- 4.1 GQA
 
 
-def gqa(q, k, v, *, kv_layout="repeat", scale="D", axis=-1):
+def chunk_mask(T, S, *, aligned="bottom"):
+    return np.tril(np.ones((T, S), dtype=bool), k=S - T if aligned == "bottom" else 0)
+
+
+def gqa(q, k, v, *, kv_layout="repeat", scale="D", axis=-1, mask="bottom", after_softmax=False):
     H, T, D = q.shape
-    Hkv = k.shape[0]
+    Hkv, S = k.shape[0], k.shape[1]
     G = H // Hkv
     if kv_layout == "repeat":
         k, v = np.repeat(k, G, axis=0), np.repeat(v, G, axis=0)  # (H, S, D)
@@ -35,25 +39,40 @@ def gqa(q, k, v, *, kv_layout="repeat", scale="D", axis=-1):
         k, v = np.tile(k, (G, 1, 1)), np.tile(v, (G, 1, 1))  # (H, S, D), wrong pairing
     divisor = {"D": np.sqrt(D), "d_model": np.sqrt(H * D), "none": 1.0}[scale]
     scores = q @ k.swapaxes(-1, -2) / divisor  # (H, T, S)
-    if axis == -1:
-        weights = softmax_rows(scores)
-    else:
-        weights = np.exp(scores - scores.max(axis=-2, keepdims=True))
-        weights /= weights.sum(axis=-2, keepdims=True)
+    allowed = np.ones((T, S), dtype=bool) if mask is None else chunk_mask(T, S, aligned=mask)
+    if not after_softmax:
+        scores = np.where(allowed, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=axis, keepdims=True))
+    weights = e / e.sum(axis=axis, keepdims=True)
+    if after_softmax:
+        weights = weights * allowed
     return weights @ v  # (H, T, D)
 
 
 def gqa_by_reshape(q, k, v):
     H, T, D = q.shape
-    Hkv = k.shape[0]
+    Hkv, S = k.shape[0], k.shape[1]
     qg = q.reshape(Hkv, H // Hkv, T, D)  # (Hkv, G, T, D)
     scores = qg @ k[:, None].swapaxes(-1, -2) / np.sqrt(D)  # (Hkv, G, T, S)
+    scores = np.where(chunk_mask(T, S), scores, -1e9)  # a large negative number works as well as -inf
     return (softmax_rows(scores) @ v[:, None]).reshape(H, T, D)  # (H, T, D)
 
 
 @pytest.mark.parametrize("solution", [gqa, gqa_by_reshape])
 def test_gqa_reference_passes(solution, capsys):
     check("4.1", solution)
+    assert capsys.readouterr().out == "Exercise 4.1: passed\n"
+
+
+def test_gqa_attnlab_softmax_with_a_mask_passes(capsys):
+    import attnlab
+
+    def with_library_softmax(q, k, v):
+        H, T, D = q.shape
+        k, v = np.repeat(k, H // k.shape[0], axis=0), np.repeat(v, H // v.shape[0], axis=0)
+        return attnlab.softmax(q @ k.swapaxes(-1, -2) / np.sqrt(D), chunk_mask(T, k.shape[1])) @ v
+
+    check("4.1", with_library_softmax)
     assert capsys.readouterr().out == "Exercise 4.1: passed\n"
 
 
@@ -65,10 +84,10 @@ def test_gqa_tile_is_diagnosed():
 def test_gqa_reshape_in_the_wrong_order_is_diagnosed_like_tile():
     def wrong(q, k, v):
         H, T, D = q.shape
-        Hkv = k.shape[0]
+        Hkv, S = k.shape[0], k.shape[1]
         qg = q.reshape(H // Hkv, Hkv, T, D).swapaxes(0, 1)  # (Hkv, G, T, D) but head h -> kv h % Hkv
-        out = softmax_rows(qg @ k[:, None].swapaxes(-1, -2) / np.sqrt(D)) @ v[:, None]
-        return out.swapaxes(0, 1).reshape(H, T, D)
+        scores = np.where(chunk_mask(T, S), qg @ k[:, None].swapaxes(-1, -2) / np.sqrt(D), -np.inf)
+        return (softmax_rows(scores) @ v[:, None]).swapaxes(0, 1).reshape(H, T, D)
 
     expect_failure("4.1", wrong, "wrong K/V heads", "np.tile")
 
@@ -78,22 +97,23 @@ def test_gqa_sqrt_d_model_is_diagnosed():
 
 
 def test_gqa_missing_scale_is_diagnosed():
-    expect_failure("4.1", lambda q, k, v: gqa(q, k, v, scale="none"), "not scaled")
+    expect_failure("4.1", lambda q, k, v: gqa(q, k, v, scale="none"), "without the 1 / sqrt(D)")
 
 
 def test_gqa_softmax_over_queries_is_diagnosed():
     expect_failure("4.1", lambda q, k, v: gqa(q, k, v, axis=-2), "wrong axis")
 
 
-def test_gqa_causal_mask_is_diagnosed():
-    def causal(q, k, v):
-        H, T, D = q.shape
-        k, v = np.repeat(k, H // k.shape[0], axis=0), np.repeat(v, H // v.shape[0], axis=0)
-        scores = q @ k.swapaxes(-1, -2) / np.sqrt(D)  # (H, T, S)
-        scores = np.where(np.tril(np.ones(scores.shape[-2:], dtype=bool)), scores, -np.inf)
-        return softmax_rows(scores) @ v
+def test_gqa_missing_mask_is_diagnosed():
+    expect_failure("4.1", lambda q, k, v: gqa(q, k, v, mask=None), "no mask", "several new tokens")
 
-    expect_failure("4.1", causal, "applies a mask")
+
+def test_gqa_top_left_mask_is_diagnosed():
+    expect_failure("4.1", lambda q, k, v: gqa(q, k, v, mask="top"), "top left", "LAST T", "k=4")
+
+
+def test_gqa_mask_after_softmax_is_diagnosed():
+    expect_failure("4.1", lambda q, k, v: gqa(q, k, v, after_softmax=True), "after the softmax", "BEFORE")
 
 
 def test_gqa_grouped_shape_is_diagnosed():
@@ -110,6 +130,10 @@ def test_gqa_returning_weights_is_diagnosed():
         return softmax_rows(q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]))
 
     expect_failure("4.1", weights_only, "shape of the weights")
+
+
+def test_gqa_nan_is_diagnosed():
+    expect_failure("4.1", lambda q, k, v: gqa(q, k, v) * np.nan, "NaN or inf")
 
 
 def test_gqa_none_is_diagnosed():
@@ -170,33 +194,95 @@ def test_cache_size_non_number_is_rejected():
     expect_failure("4.2", lambda S, *, layers, H, Hkv, D, dtype: "1 GiB", "number of bytes")
 
 
-# ------------------------------------------------------------------------------------------------- 4.3 split heads
+# ------------------------------------------------------------------------------------------------- 4.3 split QKV
 
 
-def split(x, H):
-    x = x.reshape(*x.shape[:-1], H, x.shape[-1] // H)  # (..., T, H, D)
-    return x.swapaxes(-2, -3)  # (..., H, T, D)
+def heads(block, n):
+    return block.reshape(*block.shape[:-1], n, block.shape[-1] // n).swapaxes(-2, -3)  # (..., n, T, D)
 
 
-def test_split_reference_passes(capsys):
-    check("4.3", split)
+def split_qkv(qkv, H, Hkv, *, how=heads, order="qkv", kv_heads=None):
+    D = qkv.shape[-1] // (H + 2 * Hkv)
+    q, k, v = np.split(qkv, [H * D, (H + Hkv) * D], axis=-1)
+    if order == "qvk":
+        k, v = v, k
+    n_kv = Hkv if kv_heads is None else kv_heads
+    return how(q, H), how(k, n_kv), how(v, n_kv)
+
+
+def split_qkv_by_slicing(qkv, H, Hkv):  # another correct way: slices and a loop over the heads
+    D = qkv.shape[-1] // (H + 2 * Hkv)
+    starts = {"q": 0, "k": H * D, "v": (H + Hkv) * D}
+    out = []
+    for name, n in (("q", H), ("k", Hkv), ("v", Hkv)):
+        cols = [qkv[..., starts[name] + h * D: starts[name] + (h + 1) * D] for h in range(n)]
+        out.append(np.stack(cols, axis=-3))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("solution", [split_qkv, split_qkv_by_slicing])
+def test_split_qkv_reference_passes(solution, capsys):
+    check("4.3", solution)
     assert capsys.readouterr().out == "Exercise 4.3: passed\n"
 
 
-def test_split_reshape_without_transpose_is_diagnosed():
-    expect_failure("4.3", lambda x, H: x.reshape(*x.shape[:-2], H, x.shape[-2], x.shape[-1] // H),
-                   "without a transpose")
+def test_split_qkv_reshape_without_transpose_is_diagnosed():
+    expect_failure("4.3", lambda x, H, Hkv: split_qkv(
+        x, H, Hkv, how=lambda b, n: b.reshape(*b.shape[:-2], n, b.shape[-2], b.shape[-1] // n)), "without a transpose")
 
 
-def test_split_forgotten_transpose_is_diagnosed():
-    expect_failure("4.3", lambda x, H: x.reshape(*x.shape[:-1], H, x.shape[-1] // H), "(..., T, H, D)", "swap")
+def test_split_qkv_forgotten_transpose_is_diagnosed():
+    expect_failure("4.3", lambda x, H, Hkv: split_qkv(
+        x, H, Hkv, how=lambda b, n: b.reshape(*b.shape[:-1], n, b.shape[-1] // n)), "(..., T, 4, D)", "swap")
 
 
-def test_split_interleaved_columns_is_diagnosed():
-    expect_failure("4.3", lambda x, H: np.moveaxis(x.reshape(*x.shape[:-1], x.shape[-1] // H, H), -1, -3),
-                   "interleaved", "(H, D), not (D, H)")
+def test_split_qkv_interleaved_columns_is_diagnosed():
+    expect_failure("4.3", lambda x, H, Hkv: split_qkv(
+        x, H, Hkv, how=lambda b, n: np.moveaxis(b.reshape(*b.shape[:-1], b.shape[-1] // n, n), -1, -3)),
+        "interleaved", "(n, D), not (D, n)")
 
 
-def test_split_positive_axes_fail_on_a_batch():
-    expect_failure("4.3", lambda x, H: x.reshape(x.shape[0], H, -1).transpose(1, 0, 2) if x.ndim == 2
-                   else x.reshape(*x.shape[:-1], H, -1).transpose(2, 0, 1, 3), "batch axes")
+def test_split_qkv_swapped_k_and_v_is_diagnosed():
+    expect_failure("4.3", lambda x, H, Hkv: split_qkv(x, H, Hkv, order="qvk"), "k and v are swapped")
+
+
+def test_split_qkv_with_H_key_heads_is_diagnosed():
+    def three_equal_blocks(x, H, Hkv):  # the MHA layout assumed: [q | k | v] of H*D columns each
+        D = x.shape[-1] // (H + 2 * Hkv)
+        return heads(x[..., :H * D], H), heads(x[..., H * D:2 * H * D], H), heads(x[..., 2 * H * D:3 * H * D], H)
+
+    expect_failure("4.3", three_equal_blocks, "Hkv = 2 heads, not H = 4")
+
+
+def test_split_qkv_wrong_head_width_is_diagnosed():
+    def thirds(x, H, Hkv):  # D from width / 3H, as if every block had H heads
+        D = x.shape[-1] // (3 * H)
+        q, k, v = x[..., :H * D], x[..., H * D:(H + Hkv) * D], x[..., (H + Hkv) * D:(H + 2 * Hkv) * D]
+        return heads(q, H), heads(k, Hkv), heads(v, Hkv)
+
+    expect_failure("4.3", thirds, "D = width / (H + 2*Hkv)")
+
+
+def test_split_qkv_positive_axes_fail_on_a_batch():
+    def positive_axes(x, H, Hkv):
+        q, k, v = split_qkv(x, H, Hkv)
+        return (q, k, v) if x.ndim == 2 else tuple(np.moveaxis(a, -3, 0) for a in (q, k, v))
+
+    expect_failure("4.3", positive_axes, "batch axes")
+
+
+def test_split_qkv_wrong_return_is_diagnosed():
+    expect_failure("4.3", lambda x, H, Hkv: split_qkv(x, H, Hkv)[0], "three arrays")
+    expect_failure("4.3", lambda x, H, Hkv: None, "return")
+
+
+def test_split_qkv_other_error_is_diagnosed():
+    expect_failure("4.3", lambda x, H, Hkv: tuple(a + 1 for a in split_qkv(x, H, Hkv)), "wrong numbers in q")
+
+
+def test_every_exercise_of_notebook_04_forbids_the_functions_it_asks_for():
+    from attnlab.exercises import forbidden
+
+    assert {"attnlab.attention", "attnlab.repeat_kv", "attnlab.causal_mask"} <= set(forbidden("4.1"))
+    assert forbidden("4.2") == ("attnlab.kv_cache_bytes",)
+    assert "attnlab.split_heads" in forbidden("4.3")

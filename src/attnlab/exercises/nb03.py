@@ -1,4 +1,5 @@
-"""Checks for notebook 03, "Why √d_k": the spread of q·k, the softmax Jacobian, and the scale of the scores.
+"""Checks for notebook 03, "Why √d_k": the mean and spread of correlated q·k, the softmax Jacobian, and the scale of
+every head's scores.
 
 Every checker calls the learner's function on fixed inputs (random ones come from fixed seeds), compares with the
 reference, and on a mismatch names the classic mistake it recognises.
@@ -24,7 +25,7 @@ def _number(value, call: str) -> float:
         fail(f"{call} did not return a number", "one number (a float)", f"{type(value).__name__}")
     if arr.size != 1:
         fail(f"{call} should return one number", "a float", f"an array of shape {arr.shape}",
-             hint="return the standard deviation of the n dot products (one number), not the dot products themselves")
+             hint="each of the two results is one number")
     number = float(arr.reshape(()))
     if not np.isfinite(number):
         fail(f"{call} returned a non-finite number", "a finite float", number)
@@ -42,55 +43,103 @@ def _array(value, call: str, shape: tuple[int, ...]) -> np.ndarray:
     return arr
 
 
-# ------------------------------------------------------------------------------------------ 3.1 the spread of q·k
-
-_SPREAD_CASES = ((16, 31), (100, 32), (400, 33))  # (d_k, seed)
-_SPREAD_N = 2000
-_SPREAD_RTOL = 0.08  # the sample std of 2000 dot products is within ~2% of √d_k; 8% is > 4 standard errors
+# ------------------------------------------------------------------------ 3.1 the mean and spread of correlated q·k
 
 
-@exercise("3.1")
-def check_dot_product_std(dot_product_std) -> None:
-    """``dot_product_std(d_k, n, rng)`` must return the std of n dot products of unit-variance vectors: about √d_k."""
-    measured = {}
-    for d_k, seed in _SPREAD_CASES:
-        call = f"dot_product_std({d_k}, {_SPREAD_N}, np.random.default_rng({seed}))"
-        got = _number(dot_product_std(d_k, _SPREAD_N, np.random.default_rng(seed)), call)
-        again = _number(dot_product_std(d_k, _SPREAD_N, np.random.default_rng(seed)), call)
-        if got != again:
-            fail(f"{call} gives a different number each time it is called with the same seed",
-                 "the same number for the same seed", f"{got:.4f}, then {again:.4f}",
-                 hint="draw every random number from the `rng` argument (rng.standard_normal(...)), "
-                      "not from np.random.randn or a new np.random.default_rng()")
-        measured[d_k] = got
-    for d_k, got in measured.items():
-        if abs(got / np.sqrt(d_k) - 1) > _SPREAD_RTOL:
-            _diagnose_spread(d_k, got, measured)
+def _stats(d_k: int, var_q: float, var_k: float, rho: float) -> tuple[float, float]:
+    """Mean and std of q·k: d_k independent terms of mean ρσ_qσ_k and variance σ_q²σ_k²(1 + ρ²)."""
+    sigma = np.sqrt(var_q * var_k)  # σ_q σ_k
+    return d_k * rho * sigma, sigma * np.sqrt(d_k * (1 + rho**2))
 
 
-def _diagnose_spread(d_k: int, got: float, measured: dict) -> None:
-    call = f"dot_product_std({d_k}, {_SPREAD_N}, rng)"
-    expected = f"about √{d_k} = {np.sqrt(d_k):.2f} (within {_SPREAD_RTOL:.0%})"
-    ratio = got / np.sqrt(d_k)
-    if abs(got / d_k - 1) < 0.15:
-        hint = "that is the variance d_k; the standard deviation is its square root (use .std(), not .var())"
-    elif all(abs(v - 1) < 0.15 for v in measured.values()):
-        hint = ("your spread does not grow with d_k: did you divide the dot products by √d_k (this exercise measures "
-                "the raw scores), or forget to sum the d_k products q_i·k_i into one dot product per pair?")
-    elif abs(ratio - np.sqrt(2)) < 0.1:
-        hint = ("√2 times too large: this is the spread of q·q = |q|², not of q·k; draw the keys separately from the "
-                "queries")
-    elif abs(ratio - np.sqrt(7 / 144)) < 0.05:
-        hint = ("rng.random draws from [0, 1): mean 1/2 and variance 1/12, not mean 0 and variance 1; "
-                "use rng.standard_normal")
-    elif abs(got / np.sqrt(_SPREAD_N) - 1) < 0.5:
-        hint = ("your spread grows with n, not with d_k: you summed over the n samples instead of over the d_k "
-                "components (sum q * k over the last axis)")
-    elif abs(ratio) < 0.1:
-        hint = "that is close to 0, like the mean of q·k; the exercise asks for the standard deviation"
-    else:
-        hint = "q and k should each be drawn with rng.standard_normal, multiplied elementwise and summed over d_k"
-    fail(f"{call} is not the spread of q·k", expected, f"{got:.4f}", hint=hint)
+def _spread_cases() -> list[tuple[int, float, float, float]]:
+    """(d_k, var_q, var_k, rho): section 1's case first, then random ones with every quantity different from 1."""
+    rng = seeded(31)
+    cases = [(64, 1.0, 1.0, 0.0)]
+    for d_k, sign in ((16, 1.0), (100, 1.0), (256, -1.0)):
+        var_q, var_k = (float(round(v, 3)) for v in rng.uniform(1.5, 4.0, size=2))
+        rho = float(round(sign * rng.uniform(0.25, 0.8), 3))
+        cases.append((d_k, var_q, var_k, rho))
+    return cases
+
+
+@exercise("3.1", forbids=())  # nothing in attnlab computes this: the answer is a formula
+def check_score_mean_std(score_mean_std) -> None:
+    """``score_mean_std(d_k, var_q, var_k, rho)`` must return ``(d_k ρ σ_q σ_k, σ_q σ_k √(d_k (1 + ρ²)))``."""
+    cases, means, stds = _spread_cases(), [], []
+    for d_k, var_q, var_k, rho in cases:
+        call = f"score_mean_std({d_k}, {var_q}, {var_k}, {rho})"
+        got = score_mean_std(d_k, var_q, var_k, rho)
+        if got is None:
+            fail(f"{call} returned None", "a pair of floats (mean, std)", "None",
+                 hint="did you forget the `return` line?")
+        if isinstance(got, (tuple, list)) and len(got) == 2:
+            mean, std = (_number(g, call) for g in got)
+        else:
+            arr = None if isinstance(got, (str, dict)) else np.asarray(got)
+            if arr is not None and arr.dtype.kind in "iuf" and arr.shape == (2,):
+                mean, std = (float(g) for g in arr)
+            else:
+                fail(f"{call} should return two numbers", "a pair (mean, std)", f"{got!r}"[:80],
+                     hint="return mean, std")
+        means.append(mean)
+        stds.append(std)
+    for name, got, variants in (("mean", means, _mean_variants), ("standard deviation", stds, _std_variants)):
+        want = [variants(*c)[0][0] for c in cases]
+        wrong = [i for i, (g, w) in enumerate(zip(got, want)) if not np.isclose(g, w, rtol=1e-6, atol=1e-9)]
+        if not wrong:
+            continue
+        # the classic mistake that explains the answer in every case (the first case alone is ambiguous)
+        options = [variants(*c)[1:] for c in cases]
+        for v, (_, hint) in enumerate(options[0]):
+            if all(np.isclose(g, opts[v][0], rtol=1e-6, atol=1e-9) for g, opts in zip(got, options)):
+                break
+        else:
+            hint = variants(*cases[0])[0][1]
+        i = wrong[0]
+        fail(f"score_mean_std{cases[i]}: the {name} of q·k is wrong", f"{want[i]:.6g}", f"{got[i]:.6g}", hint=hint)
+
+
+def _mean_variants(d_k: int, var_q: float, var_k: float, rho: float) -> list[tuple[float, str]]:
+    """The right mean (with the general hint), then the classic wrong ones with their diagnoses."""
+    sigma = np.sqrt(var_q * var_k)
+    want = d_k * rho * sigma
+    return [
+        (want, "E[q·k] = Σ_i E[q_i k_i] = d_k · ρ σ_q σ_k"),
+        (0.0, "q and k are correlated, so each product has mean E[q_i k_i] = ρ σ_q σ_k, not 0"),
+        (d_k * rho, "the mean of one product is ρ σ_q σ_k: the correlation times both standard deviations; "
+                    "you left out σ_q σ_k"),
+        (d_k * rho * var_q * var_k, "ρ multiplies the standard deviations σ_q σ_k = √(var_q · var_k), "
+                                    "not the variances"),
+        (rho * sigma, "that is the mean of one product q_i k_i; q·k adds d_k of them, so its mean is d_k times that"),
+        (np.sqrt(d_k) * rho * sigma, "means add like the terms themselves: d_k terms of mean ρσ_qσ_k sum to "
+                                     "d_k·ρσ_qσ_k (it is the standard deviation that grows like √d_k)"),
+        (d_k * abs(rho) * sigma, "the sign: a negative ρ gives a negative mean (did you take |ρ| or ρ²?)"),
+    ]
+
+
+def _std_variants(d_k: int, var_q: float, var_k: float, rho: float) -> list[tuple[float, str]]:
+    """The right standard deviation (with the general hint), then the classic wrong ones with their diagnoses."""
+    s2 = var_q * var_k  # σ_q² σ_k²
+    return [
+        (np.sqrt(d_k * s2 * (1 + rho**2)), "Var(q_i k_i) = E[q_i²k_i²] − (E[q_i k_i])², with E[q_i²k_i²] = "
+                                           "σ_q²σ_k² + 2(ρσ_qσ_k)²; the d_k independent terms' variances add"),
+        (np.sqrt(d_k * s2), "that is the spread for uncorrelated q and k; correlation adds variance: "
+                            "Var(q_i k_i) = σ_q²σ_k²(1 + ρ²)"),
+        (np.sqrt(d_k * s2 * (1 + 2 * rho**2)), "σ_q²σ_k²(1 + 2ρ²) is E[(q_i k_i)²], not the variance: subtract the "
+                                               "squared mean (ρ σ_q σ_k)²"),
+        (np.sqrt(d_k * s2 * (1 - rho**2)), "the sign of the ρ² term: Var(q_i k_i) = E[q_i²k_i²] − (E[q_i k_i])² = "
+                                           "σ²σ²(1 + 2ρ²) − ρ²σ²σ² = σ_q²σ_k²(1 + ρ²)"),
+        (d_k * s2 * (1 + rho**2), "that is the variance; the standard deviation is its square root"),
+        (np.sqrt(d_k * (1 + rho**2)) * s2, "the variance of a product involves the variances: Var(q_i k_i) = "
+                                           "var_q·var_k·(1 + ρ²); its square root has σ_q σ_k, not var_q·var_k"),
+        (d_k * np.sqrt(s2 * (1 + rho**2)), "standard deviations of independent terms do not add, variances do: "
+                                           "the std of the sum is √d_k times the std of one term"),
+        (np.sqrt(s2 * (1 + rho**2)), "that is the spread of one product; q·k sums d_k independent ones, so its "
+                                     "variance is d_k times larger"),
+        (np.sqrt(d_k * (1 + rho**2)), "the variances var_q and var_k are missing: Var(q_i k_i) = "
+                                      "var_q·var_k·(1 + ρ²)"),
+    ]
 
 
 # ------------------------------------------------------------------------------------- 3.2 the softmax Jacobian
@@ -103,7 +152,7 @@ def _jacobian(p: np.ndarray) -> np.ndarray:
     return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]  # (..., S, S)
 
 
-@exercise("3.2")
+@exercise("3.2", forbids=())  # nothing in attnlab returns a Jacobian
 def check_softmax_jacobian(softmax_jacobian) -> None:
     """``softmax_jacobian(p)`` must return ``diag(p) - p pᵀ`` for one row ``(S,)`` and for a batch ``(..., S)``."""
     p = softmax(_JACOBIAN_SCORES)  # (5,)
@@ -167,81 +216,103 @@ def _diagnose_jacobian(p: np.ndarray, got: np.ndarray, expected: np.ndarray) -> 
          np.round(expected[0], 4).tolist(), np.round(got[0], 4).tolist(), hint=hint)
 
 
-# ------------------------------------------------------------------------------------------ 3.3 the scaled scores
+# ---------------------------------------------------------------------- 3.3 the scaled scores of every head
 
-# (B, H, T, S, D) with every size different, so that a scale taken from the wrong axis is recognisable
-_SCORE_CASES = ((None, None, 5, 7, 9), (None, 4, 5, 7, 16), (2, 3, 5, 7, 16))
+# (B, T, S, d_model, H) with every size different, so that a scale taken from the wrong axis is recognisable
+_SCORE_CASES = ((None, 5, 7, 12, 3), (None, 3, 6, 40, 4), (2, 4, 5, 18, 3))
 
 
-@exercise("3.3", forbids=('attnlab.attention',))
-def check_scaled_scores(scaled_scores) -> None:
-    """``scaled_scores(q, k)`` must return ``q kᵀ / √D`` of shape ``(..., T, S)`` for q ``(..., T, D)``."""
+def _head_raw(q: np.ndarray, k: np.ndarray, H: int, *, interleaved: bool = False) -> np.ndarray:
+    """Unscaled per-head scores ``(..., H, T, S)``; ``interleaved`` gives head h the columns h, h+H, ... instead."""
+    D = q.shape[-1] // H
+    cols = [np.arange(h, H * D, H) if interleaved else np.arange(h * D, (h + 1) * D) for h in range(H)]
+    return np.stack([q[..., c] @ k[..., c].swapaxes(-1, -2) for c in cols], axis=-3)  # (..., H, T, S)
+
+
+@exercise("3.3", forbids=("attnlab.split_heads", "attnlab.project_qkv", "attnlab.attention"))
+def check_head_scores(head_scores) -> None:
+    """``head_scores(q, k, H)`` must return every head's ``q_h k_hᵀ / √D``, shape ``(..., H, T, S)``, D = d_model/H."""
     rng = seeded(303)
-    for B, H, T, S, D in _SCORE_CASES:
-        lead = tuple(n for n in (B, H) if n is not None)
-        q = rng.standard_normal((*lead, T, D))  # (..., T, D)
-        k = rng.standard_normal((*lead, S, D))  # (..., S, D)
-        _check_scores_case(scaled_scores, q, k, H)
+    for B, T, S, d_model, H in _SCORE_CASES:
+        lead = () if B is None else (B,)
+        q = rng.standard_normal((*lead, T, d_model))  # (..., T, d_model)
+        k = rng.standard_normal((*lead, S, d_model))  # (..., S, d_model)
+        _check_head_scores_case(head_scores, q, k, H)
 
 
-def _check_scores_case(scaled_scores, q: np.ndarray, k: np.ndarray, H: int | None) -> None:
-    T, D = q.shape[-2:]
-    S = k.shape[-2]
-    call = f"scaled_scores(q, k) with q of shape {q.shape} and k of shape {k.shape}"
-    raw = q @ k.swapaxes(-1, -2)  # (..., T, S)
+def _check_head_scores_case(head_scores, q: np.ndarray, k: np.ndarray, H: int) -> None:
+    T, d_model = q.shape[-2:]
+    S, D = k.shape[-2], d_model // H
+    call = f"head_scores(q, k, H={H}) with q of shape {q.shape} and k of shape {k.shape} (so D = {D})"
+    raw = _head_raw(q, k, H)  # (..., H, T, S)
     expected = raw / np.sqrt(D)
     try:
-        got = scaled_scores(q.copy(), k.copy())
+        got = head_scores(q.copy(), k.copy(), H)
     except ValueError as error:
         if q.ndim == 2:
             raise
         fail(f"{call} raised ValueError", f"scores of shape {expected.shape}", f"ValueError: {error}",
-             hint="with more than two axes, k.T reverses every axis; transpose only the last two: "
-                  "k.swapaxes(-1, -2) (and use @ or np.matmul, which treats leading axes as a batch)")
+             hint="with a batch axis, k.T reverses every axis; transpose only the last two: k.swapaxes(-1, -2), "
+                  "and slice the columns with [..., a:b]")
     got = _array(got, call, expected.shape)
-    if got.shape == raw.swapaxes(-1, -2).shape and got.shape != expected.shape and np.allclose(
-            got.swapaxes(-1, -2), expected, rtol=1e-6, atol=1e-9):
-        fail(f"{call} returned the scores transposed", f"shape {expected.shape} (..., T, S)", f"shape {got.shape}",
-             hint="rows are queries and columns are keys: q @ kᵀ, not k @ qᵀ")
+    if got.shape == expected.shape[:-3] + (T, S):
+        full = q @ k.swapaxes(-1, -2)  # (..., T, S): one score over all d_model columns
+        fail(f"{call} returned one score matrix for all heads", f"shape {expected.shape} (..., H, T, S)",
+             f"shape {got.shape}",
+             hint="each head scores with its own D columns only: q[..., h*D:(h+1)*D] against k[..., h*D:(h+1)*D]; "
+                  + ("your matrix is the dot product over all d_model columns, which is the sum of the heads' "
+                     "scores" if np.allclose(got, full * (float(np.sum(got * full) / np.sum(full * full))),
+                                             rtol=1e-6, atol=1e-9) else "stack the H results on a new axis -3"))
     if got.shape != expected.shape:
-        hint = ("one score per (query, key) pair: q @ k.swapaxes(-1, -2) has shape (..., T, S); k.T reverses every "
-                "axis, which is only the transpose for a 2-D array") if q.ndim > 2 else "q @ k.T has shape (T, S)"
+        hint = "one (T, S) matrix per head, stacked just before the last two axes: (..., H, T, S)"
+        if got.shape == expected.shape[:-3] + (T, H, S):
+            hint = "the head axis must come before the query axis: stack on axis -3 (np.stack(..., axis=-3))"
+        elif got.shape == expected.swapaxes(-1, -2).shape:
+            hint = "rows are queries and columns are keys: q_h @ k_hᵀ has shape (T, S), not (S, T)"
+        elif q.ndim > 2 and got.shape == (H, *expected.shape[:-3], T, S):
+            hint = "the head axis goes after the batch axes, just before T: stack on axis -3, not axis 0"
         fail(f"{call} has the wrong shape", expected.shape, got.shape, hint=hint)
     if np.allclose(got, expected, rtol=1e-6, atol=1e-9):
         return
     if np.allclose(got, softmax(expected), rtol=1e-6, atol=1e-9):
         fail(f"{call} returned softmax weights (each row sums to 1)", "the scores before the softmax",
-             "the weights after it", hint="return q kᵀ / √d_k itself; the softmax comes next, outside this function")
-    c = float(np.sum(got * raw) / np.sum(raw * raw))
-    if np.allclose(got, c * raw, rtol=1e-6, atol=1e-9):
-        fail(f"{call}: your scores are q kᵀ times {c:.4g}", f"q kᵀ times 1/√{D} = {1 / np.sqrt(D):.4g}",
-             f"q kᵀ times {c:.4g}", hint=_scale_hint(c, q.shape, S, H))
-    fail(f"{call} is not q kᵀ / √d_k; entry [0, 0] of the last two axes:", f"{expected[..., 0, 0].ravel()[0]:.4f}",
-         f"{got[..., 0, 0].ravel()[0]:.4f}",
-         hint="each score is the dot product of one query with one key, divided by √d_k = √q.shape[-1]")
+             "the weights after it", hint="return the scaled scores themselves; the softmax comes next")
+    if T == S and np.allclose(got, expected.swapaxes(-1, -2), rtol=1e-6, atol=1e-9):
+        fail(f"{call} returned the scores transposed", "rows = queries, columns = keys", "rows = keys",
+             hint="q_h @ k_hᵀ, not k_h @ q_hᵀ")
+    for layout, r in (("contiguous", raw), ("interleaved", _head_raw(q, k, H, interleaved=True))):
+        c = float(np.sum(got * r) / np.sum(r * r))
+        if np.allclose(got, c * r, rtol=1e-6, atol=1e-9):
+            if layout == "interleaved":
+                fail(f"{call}: head h holds the wrong columns", f"head h = columns h*D .. (h+1)*D - 1 (a block)",
+                     "head h = columns h, h+H, h+2H, ... (every H-th column)",
+                     hint="each head owns a contiguous block of D columns: q[..., h*D:(h+1)*D]; a reshape to "
+                          "(..., T, D, H) instead of (..., T, H, D) makes the same mistake")
+            fail(f"{call}: your scores are each head's q kᵀ times {c:.4g}",
+                 f"times 1/√D = 1/√{D} = {1 / np.sqrt(D):.4g}", f"times {c:.4g}",
+                 hint=_scale_hint(c, T, S, D, H, q.shape[0] if q.ndim == 3 else None))
+    fail(f"{call} is not q_h k_hᵀ / √D; entry [..., 0, 0, 0]:", f"{expected[..., 0, 0, 0].ravel()[0]:.4f}",
+         f"{got[..., 0, 0, 0].ravel()[0]:.4f}",
+         hint="score of head h = q[..., h*D:(h+1)*D] @ k[..., h*D:(h+1)*D].swapaxes(-1, -2) / √D")
 
 
-def _scale_hint(c: float, q_shape: tuple[int, ...], S: int, H: int | None) -> str:
-    T, D = q_shape[-2:]
-    axis = ("you took d_k from the wrong axis: d_k is the width of one query vector, the last axis, "
-            "d_k = q.shape[-1] = {D}; you divided by √{n}, which is {what}")
+def _scale_hint(c: float, T: int, S: int, D: int, H: int, B: int | None) -> str:
+    axis = "you divided by √{n}, {what}; the head width is D = d_model / H = {D}"
     candidates = [
-        (1.0, "no scaling at all: divide by √d_k so that the scores have unit variance whatever the head width"),
-        (1 / D, "you divided by d_k instead of √d_k (or scaled both q and k by 1/√d_k): the scores' spread "
-                "shrinks to 1/√d_k and the softmax goes flat as d_k grows"),
-        (np.sqrt(D), "you multiplied by √d_k instead of dividing by it"),
-        (1 / np.sqrt(T), axis.format(D=D, n=T, what="T, the number of queries")),
-        (1 / np.sqrt(S), axis.format(D=D, n=S, what="S, the number of keys")),
+        (1.0, "no scaling at all: divide by √D so that every head's scores have unit variance"),
+        (1 / np.sqrt(H * D), f"you divided by √d_model = √{H * D} instead of √D = √{D}: each head's dot product "
+                             "sums only its own D products, so its spread is √D"),
+        (1 / D, "you divided by D instead of √D (or scaled both q and k by 1/√D): the spread shrinks to 1/√D and "
+                "the softmax goes flat as heads get wider"),
+        (1 / (H * D), "you divided by d_model: the square root is missing, and it is the head width D, not d_model"),
+        (np.sqrt(D), "you multiplied by √D instead of dividing by it"),
+        (1 / np.sqrt(H), axis.format(n=H, what="the number of heads H", D=D)),
+        (1 / np.sqrt(T), axis.format(n=T, what="the number of queries T", D=D)),
+        (1 / np.sqrt(S), axis.format(n=S, what="the number of keys S", D=D)),
     ]
-    if H is not None:
-        candidates += [
-            (1 / np.sqrt(H * D), f"you divided by √d_model = √(H·d_k) = √{H * D} instead of √d_k = √{D}: each "
-                                 "head's dot product sums only its own d_k products, so its spread is √d_k"),
-            (1 / np.sqrt(H), axis.format(D=D, n=H, what="H, the number of heads")),
-        ]
-    if len(q_shape) == 4:
-        candidates.append((1 / np.sqrt(q_shape[0]), axis.format(D=D, n=q_shape[0], what="B, the batch size")))
+    if B is not None:
+        candidates.append((1 / np.sqrt(B), axis.format(n=B, what="the batch size", D=D)))
     for scale, hint in candidates:
         if np.isclose(c, scale, rtol=1e-6):
             return hint
-    return f"the scale must be 1/√d_k with d_k = q.shape[-1] = {D}"
+    return f"the scale must be 1/√D with D = d_model // H = {D}"

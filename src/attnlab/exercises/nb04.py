@@ -1,8 +1,10 @@
 """Checks for notebook 04, multi-head and grouped-query attention, and the KV cache.
 
-4.1  ``gqa_attention(q, k, v)``: grouped-query attention, ``q (H, T, D)``, ``k, v (Hkv, S, D)`` -> ``(H, T, D)``.
+4.1  ``gqa_chunk_attention(q, k, v)``: causal grouped-query attention for the ``T`` newest tokens against ``S`` cached
+     positions, ``q (H, T, D)``, ``k, v (Hkv, S, D)`` -> ``(H, T, D)``.
 4.2  ``kv_cache_size(S, *, layers, H, Hkv, D, dtype)``: bytes of the KV cache of one sequence.
-4.3  ``split_into_heads(x, H)``: ``(..., T, H * D) -> (..., H, T, D)``.
+4.3  ``split_qkv(qkv, H, Hkv)``: a fused projection ``(..., T, (H + 2 Hkv) D)`` -> ``q (..., H, T, D)``,
+     ``k, v (..., Hkv, T, D)``.
 
 Each checker calls the learner's function on fixed inputs, compares with ``attnlab``'s reference and, when they differ,
 tries the classic mistakes one by one so that the message can name the one that was made.
@@ -17,7 +19,6 @@ import numpy as np
 
 from ..attention import attention
 from ..cost import BYTES_PER_ELEMENT, GiB, kv_cache_bytes
-from ..heads import split_heads
 from ..softmax import softmax
 from . import exercise, fail, seeded
 
@@ -40,81 +41,110 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
 # ---------------------------------------------------------------------------------------------------------- 4.1
 
 
-def _tile_attention(q, k, v, scale=None):
+def _tile_attention(q, k, v, mask=None, scale=None):
     """What ``np.tile`` gives: query head ``h`` paired with K/V head ``h % Hkv`` instead of ``h // G``."""
     G = q.shape[-3] // k.shape[-3]
-    return attention(q, np.tile(k, (G, 1, 1)), np.tile(v, (G, 1, 1)), scale=scale)
+    return attention(q, np.tile(k, (G, 1, 1)), np.tile(v, (G, 1, 1)), mask, scale=scale)
 
 
-def _wrong_axis_attention(q, k, v):
+def _grouped_scores(q, k, scale=None):
+    """Correctly paired, scaled scores ``(H, T, S)``."""
+    G = q.shape[-3] // k.shape[-3]
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    return q @ np.repeat(k, G, axis=0).swapaxes(-1, -2) * scale  # (H, T, S)
+
+
+def _mask_after_softmax(q, k, v, mask):
+    """Softmax over every key, then the future zeroed: rows no longer sum to 1."""
+    G = q.shape[-3] // k.shape[-3]
+    return (softmax(_grouped_scores(q, k)) * mask) @ np.repeat(v, G, axis=0)  # (H, T, D)
+
+
+def _wrong_axis_attention(q, k, v, mask):
     """Softmax over the query axis instead of the key axis."""
     G = q.shape[-3] // k.shape[-3]
-    k, v = np.repeat(k, G, axis=0), np.repeat(v, G, axis=0)  # (H, S, D)
-    scores = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])  # (H, T, S)
-    return softmax(scores, axis=-2) @ v  # (H, T, D)
+    return softmax(_grouped_scores(q, k), np.broadcast_to(mask, (q.shape[-3], *mask.shape)), axis=-2) @ np.repeat(
+        v, G, axis=0)
 
 
-@exercise("4.1", forbids=('attnlab.attention', 'attnlab.repeat_kv', 'attnlab.multi_head_attention'))
-def check_gqa_attention(gqa_attention) -> None:
+@exercise("4.1", forbids=("attnlab.attention", "attnlab.repeat_kv", "attnlab.causal_mask", "attnlab.decode_step"))
+def check_gqa_chunk_attention(gqa_chunk_attention) -> None:
     rng = seeded(41)
-    # the first case has 1 < Hkv < H and T != S, so that every classic mistake shows; then MHA and MQA
-    for H, Hkv, T, S, D in ((6, 2, 4, 5, 8), (4, 4, 3, 3, 4), (4, 1, 2, 6, 4)):
-        q = rng.standard_normal((H, T, D))  # (H, T, D)
+    # a chunk with 1 < Hkv < H and 1 < T < S, where every classic mistake shows; then a whole prompt (MHA, T = S)
+    # and one decode step (MQA, T = 1)
+    for H, Hkv, T, S, D in ((6, 2, 3, 7, 8), (4, 4, 4, 4, 4), (4, 1, 1, 6, 4)):
+        q = rng.standard_normal((H, T, D))  # (H, T, D): the T newest positions
         k = rng.standard_normal((Hkv, S, D))  # (Hkv, S, D)
         v = rng.standard_normal((Hkv, S, D))  # (Hkv, S, D)
         G, d_model = H // Hkv, H * D
-        expected = attention(q, k, v)  # (H, T, D)
-        got = gqa_attention(q.copy(), k.copy(), v.copy())
+        mask = np.tril(np.ones((T, S), dtype=bool), k=S - T)  # (T, S): query i is at position S - T + i
+        expected = attention(q, k, v, causal=True)  # (H, T, D)
+        got = gqa_chunk_attention(q.copy(), k.copy(), v.copy())
         setup = f"for q {q.shape}, k and v {k.shape} (H={H}, Hkv={Hkv}, G={G}, T={T}, S={S}, D={D})"
-        got = _as_array(got, "gqa_attention", expected.shape)
+        got = _as_array(got, "gqa_chunk_attention", expected.shape)
         if got.shape != expected.shape:
-            hint = "the output has one row per query head and query position: (H, T, D)."
+            hint = "the output has one row per query head and new token: (H, T, D)."
             if got.shape == (Hkv, G, T, D):
                 hint = "you returned the grouped view (Hkv, G, T, D); reshape it back to (H, T, D) at the end."
             elif got.shape == (H, T, S):
                 hint = "that is the shape of the weights (H, T, S); return weights @ v instead."
             elif got.shape == (Hkv, T, D):
                 hint = "you returned one output per K/V head; every one of the H query heads needs its own output."
-            fail(f"gqa_attention returned the wrong shape {setup}", expected.shape, got.shape, hint)
+            fail(f"gqa_chunk_attention returned the wrong shape {setup}", expected.shape, got.shape, hint)
         if not np.all(np.isfinite(got)):
-            fail(f"gqa_attention returned NaN or inf {setup}", "finite numbers", "NaN or inf",
-                 "subtract the row maximum before np.exp.")
+            fail(f"gqa_chunk_attention returned NaN or inf {setup}", "finite numbers", "NaN or inf",
+                 "no row is fully masked here (every new token sees at least the keys before it); subtract the row "
+                 "maximum before np.exp, and mask with -inf (or a large negative number) before the softmax.")
         if _close(got, expected):
             continue
-        if 1 < Hkv < H and _close(got, _tile_attention(q, k, v)):
-            pairs = ", ".join(f"q{h}->kv{h % Hkv}" for h in range(H))
-            fail(f"query heads are paired with the wrong K/V heads {setup}",
-                 f"query head h uses K/V head h // G: {', '.join(f'q{h}->kv{h // G}' for h in range(H))}",
-                 pairs,
-                 "this is the np.tile pattern [K0, K1, K0, K1, ...]; copy each K/V head G times in place with "
-                 "np.repeat(k, G, axis=0) (heads [K0, K0, K0, K1, K1, K1]), or reshape q to (Hkv, G, T, D) "
-                 "(not (G, Hkv, T, D)).")
-        if _close(got, attention(q, k, v, scale=1 / np.sqrt(d_model))) or (
-                1 < Hkv < H and _close(got, _tile_attention(q, k, v, scale=1 / np.sqrt(d_model)))):
-            fail(f"the scores are scaled by the wrong factor {setup}",
-                 f"scores / sqrt(D) = scores / {np.sqrt(D):.3g}",
-                 f"scores / sqrt(d_model) = scores / {np.sqrt(d_model):.3g}",
-                 "each head is an attention of width D = d_model / H, so divide by sqrt(D) = sqrt(q.shape[-1]), "
-                 "not by sqrt(H * D).")
-        if _close(got, attention(q, k, v, scale=1.0)):
-            fail(f"the scores are not scaled {setup}", f"scores / sqrt(D) = scores / {np.sqrt(D):.3g}",
-                 "scores without the 1 / sqrt(D) factor", "divide q @ k.T by np.sqrt(D) before the softmax.")
-        if _close(got, attention(q, k, v, scale=1 / D)):
-            fail(f"the scores are scaled by the wrong factor {setup}", f"scores / sqrt(D) = scores / {np.sqrt(D):.3g}",
-                 f"scores / D = scores / {D}", "the scale is the square root of the head width, np.sqrt(D).")
-        tril = np.tril(np.ones((T, S), dtype=bool))  # a causal mask written by hand, aligned at the top left
-        if _close(got, attention(q, k, v, causal=True)) or _close(got, attention(q, k, v, tril)):
-            fail(f"gqa_attention applies a mask {setup}", "every query attends to all S keys (no mask)",
-                 "a causal (triangular) mask", "this exercise asks for attention without a mask; drop the mask.")
-        if _close(got, _wrong_axis_attention(q, k, v)):
-            fail(f"the softmax normalises the wrong axis {setup}", "each row (one query, all keys) sums to 1",
-                 "each column (one key, all queries) sums to 1",
-                 "take the softmax over the last axis (the keys, S), axis=-1.")
-        bad = [h for h in range(H) if not _close(got[h], expected[h])]
-        fail(f"gqa_attention gives wrong outputs {setup}",
-             f"out[0, 0, :3] = {np.round(expected[0, 0, :3], 4)}", f"out[0, 0, :3] = {np.round(got[0, 0, :3], 4)}",
-             f"query heads {bad} differ from the reference. Compute scores = q @ k.T / sqrt(D) per head, softmax "
-             "over the keys, then weights @ v, with query head h using K/V head h // G.")
+        _diagnose_chunk(got, q, k, v, mask, setup, G, Hkv, H, T, S, D, d_model)
+
+
+def _diagnose_chunk(got, q, k, v, mask, setup, G, Hkv, H, T, S, D, d_model) -> None:
+    if 1 < Hkv < H and (_close(got, _tile_attention(q, k, v, mask)) or _close(got, _tile_attention(q, k, v))):
+        fail(f"query heads are paired with the wrong K/V heads {setup}",
+             f"query head h uses K/V head h // G: {', '.join(f'q{h}->kv{h // G}' for h in range(H))}",
+             ", ".join(f"q{h}->kv{h % Hkv}" for h in range(H)),
+             "this is the np.tile pattern [K0, K1, K0, K1, ...]; copy each K/V head G times in place with "
+             "np.repeat(k, G, axis=0) (heads [K0, K0, K0, K1, K1, K1]), or reshape q to (Hkv, G, T, D) "
+             "(not (G, Hkv, T, D)).")
+    for scale, expected_text, got_text, hint in (
+            (1 / np.sqrt(d_model), f"scores / sqrt(D) = scores / {np.sqrt(D):.3g}",
+             f"scores / sqrt(d_model) = scores / {np.sqrt(d_model):.3g}",
+             "each head is an attention of width D = d_model / H, so divide by sqrt(D) = sqrt(q.shape[-1]), "
+             "not by sqrt(H * D)."),
+            (1.0, f"scores / sqrt(D) = scores / {np.sqrt(D):.3g}", "scores without the 1 / sqrt(D) factor",
+             "divide the scores by np.sqrt(D) before the softmax."),
+            (1 / D, f"scores / sqrt(D) = scores / {np.sqrt(D):.3g}", f"scores / D = scores / {D}",
+             "the scale is the square root of the head width, np.sqrt(D).")):
+        if _close(got, attention(q, k, v, mask, scale=scale)):
+            fail(f"the scores are scaled by the wrong factor {setup}", expected_text, got_text, hint)
+    if T > 1 and _close(got, attention(q, k, v)):
+        fail(f"gqa_chunk_attention applies no mask {setup}",
+             f"new token i sees keys 0 .. S - T + i = 0 .. {S - T} + i", "every new token sees all S keys",
+             "one new token may see the whole cache, but with several new tokens each must not see the new tokens "
+             "after it: mask key j unless j <= S - T + i.")
+    top_left = np.tril(np.ones((T, S), dtype=bool))
+    if T < S and _close(got, attention(q, k, v, top_left)):
+        fail(f"the causal mask is aligned at the top left {setup}",
+             f"new token i is at position S - T + i and sees keys 0 .. {S - T} + i",
+             "new token i sees keys 0 .. i (np.tril(np.ones((T, S))))",
+             f"the T queries are the LAST T of the S positions: shift the diagonal, np.tril(..., k=S - T), "
+             f"here k={S - T}.")
+    if T > 1 and _close(got, _mask_after_softmax(q, k, v, mask)):
+        fail(f"the mask is applied after the softmax {setup}", "each row of weights sums to 1 over the visible keys",
+             "rows that sum to less than 1 (the future's share was removed, not redistributed)",
+             "set the masked scores to -inf BEFORE the softmax, so that the visible keys share all the weight.")
+    if _close(got, _wrong_axis_attention(q, k, v, mask)):
+        fail(f"the softmax normalises the wrong axis {setup}", "each row (one query, all keys) sums to 1",
+             "each column (one key, all queries) sums to 1",
+             "take the softmax over the last axis (the keys, S), axis=-1.")
+    expected = attention(q, k, v, mask)
+    bad = [h for h in range(H) if not _close(got[h], expected[h])]
+    fail(f"gqa_chunk_attention gives wrong outputs {setup}",
+         f"out[0, 0, :3] = {np.round(expected[0, 0, :3], 4)}", f"out[0, 0, :3] = {np.round(got[0, 0, :3], 4)}",
+         f"query heads {bad} differ from the reference. Per head: scores = q @ k.T / sqrt(D), mask key j unless "
+         "j <= S - T + i, softmax over the keys, then weights @ v, with query head h using K/V head h // G.")
 
 
 # ---------------------------------------------------------------------------------------------------------- 4.2
@@ -145,7 +175,7 @@ def _diagnose_cache(cases: list[dict], ratios: list[float]) -> list[str] | None:
     return None
 
 
-@exercise("4.2", forbids=('attnlab.kv_cache_bytes',))
+@exercise("4.2", forbids=("attnlab.kv_cache_bytes",))
 def check_kv_cache_size(kv_cache_size) -> None:
     cases = [
         dict(S=8192, layers=32, H=32, Hkv=8, D=128, dtype="bf16"),
@@ -185,42 +215,66 @@ def check_kv_cache_size(kv_cache_size) -> None:
 # ---------------------------------------------------------------------------------------------------------- 4.3
 
 
-@exercise("4.3", forbids=('attnlab.split_heads',))
-def check_split_into_heads(split_into_heads) -> None:
-    T, H, D = 5, 3, 4
-    for batch in ((), (2,)):
-        x = np.arange(np.prod(batch, dtype=int) * T * H * D, dtype=float).reshape(*batch, T, H * D)  # (..., T, H*D)
-        expected = split_heads(x, H)  # (..., H, T, D)
-        got = split_into_heads(x.copy(), H)
-        setup = f"for x of shape {x.shape} and H={H} (so D={D})"
-        got = _as_array(got, "split_into_heads", expected.shape)
-        if got.shape != expected.shape:
-            hint = "the result is (..., H, T, D): the head axis goes in front of the token axis."
-            if got.shape == (*batch, T, H, D):
-                hint = ("that is (..., T, H, D): the reshape is right, now swap the head axis in front of the token "
-                        "axis with .swapaxes(-2, -3).")
-            elif got.shape == (H, *batch, T, D) and batch:
-                hint = "the head axis must go just before T, after any batch axes: use negative axes (-3, -2)."
-            fail(f"split_into_heads returned the wrong shape {setup}", expected.shape, got.shape, hint)
-        if np.array_equal(got, expected):
-            continue
-        if np.array_equal(got, x.reshape(*batch, H, T, D)):
-            fail(f"the heads hold the wrong numbers {setup}",
-                 f"head 0 = columns 0..{D - 1} of every token: {expected[(0,) * len(batch)][0, :2].tolist()}, ...",
-                 f"head 0 = {got[(0,) * len(batch)][0, :2].tolist()}, ...",
-                 "a reshape to (H, T, D) without a transpose cuts the row-major data into H consecutive blocks of T*D "
-                 "numbers, so head 0 gets every column of the first tokens instead of the first D columns of every "
-                 "token. "
-                 "Reshape to (..., T, H, D) first (each token's row cut into H pieces of width D), then swap axes "
-                 "-3 and -2.")
-        interleaved = np.moveaxis(x.reshape(*batch, T, D, H), -1, -3)  # column c -> head c % H
-        first = (0,) * len(batch)  # the first batch element, if there is a batch
-        if np.array_equal(got, interleaved):
-            fail(f"the heads hold interleaved columns {setup}",
-                 f"head h = the contiguous columns h*D .. (h+1)*D - 1; head 0 row 0 = {expected[first][0, 0].tolist()}",
-                 f"head 0 row 0 = {got[first][0, 0].tolist()} (every H-th column)",
-                 "reshape the last axis to (H, D), not (D, H): head h owns a contiguous block of D columns.")
-        fail(f"split_into_heads puts the wrong numbers in the heads {setup}",
-             f"result[..., 0, 0, :] = {expected[(0,) * len(batch)][0, 0].tolist()}",
-             f"result[..., 0, 0, :] = {np.asarray(got)[(0,) * len(batch)][0, 0].tolist()}",
-             "reshape the last axis to (H, D), then move the head axis in front of the token axis.")
+def _heads(block: np.ndarray, n: int, D: int) -> np.ndarray:
+    """``(..., T, n*D) -> (..., n, T, D)``, head h = columns h*D .. (h+1)*D - 1."""
+    return block.reshape(*block.shape[:-1], n, D).swapaxes(-2, -3)
+
+
+@exercise("4.3", forbids=("attnlab.split_heads", "attnlab.project_qkv"))
+def check_split_qkv(split_qkv) -> None:
+    # (batch, T, H, Hkv, D): GQA, MQA with a batch axis, MHA; every size different within a case
+    for batch, T, H, Hkv, D in (((), 5, 4, 2, 3), ((2,), 3, 5, 1, 4), ((), 2, 3, 3, 4)):
+        width = (H + 2 * Hkv) * D
+        qkv = np.arange(np.prod(batch, dtype=int) * T * width, dtype=float).reshape(*batch, T, width)
+        blocks = np.split(qkv, [H * D, (H + Hkv) * D], axis=-1)  # (..., T, H*D), (..., T, Hkv*D) twice
+        expected = [_heads(b, n, D) for b, n in zip(blocks, (H, Hkv, Hkv))]
+        setup = f"for qkv of shape {qkv.shape}, H={H}, Hkv={Hkv} (so D={D})"
+        got = split_qkv(qkv.copy(), H, Hkv)
+        if got is None:
+            fail(f"split_qkv returned None {setup}", "a tuple (q, k, v)", "None", "did you forget the `return`?")
+        if not isinstance(got, (tuple, list)) or len(got) != 3:
+            fail(f"split_qkv must return three arrays {setup}", "a tuple (q, k, v)",
+                 f"{type(got).__name__}" + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""),
+                 "return q, k, v")
+        for name, g, want, block, n in zip("qkv", got, expected, blocks, (H, Hkv, Hkv)):
+            g = _as_array(g, f"split_qkv's {name}", want.shape)
+            _check_split_part(name, g, want, block, n, expected, setup, batch, T, H, Hkv, D)
+
+
+def _check_split_part(name, got, want, block, n, expected, setup, batch, T, H, Hkv, D) -> None:
+    if got.shape != want.shape:
+        hint = f"{name} has {'H' if name == 'q' else 'Hkv'} = {n} heads of width D = {D}: shape (..., {n}, T, D)."
+        if got.shape == (*batch, T, n, D):
+            hint = (f"that is (..., T, {n}, D): the reshape is right, now swap the head axis in front of the token "
+                    "axis with .swapaxes(-2, -3).")
+        elif name != "q" and n != H and got.shape[-3] == H:
+            hint = (f"the keys and values have Hkv = {Hkv} heads, not H = {H}: their blocks are Hkv*D = {Hkv * D} "
+                    "columns wide each.")
+        elif got.shape[-1] != D:
+            hint = (f"the head width is D = width / (H + 2*Hkv) = {(H + 2 * Hkv) * D} / {H + 2 * Hkv} = {D}: the "
+                    "width holds H query heads and Hkv key and Hkv value heads.")
+        elif batch and got.shape == (n, *batch, T, D):
+            hint = "the head axis must go just before T, after any batch axes: use negative axes (-3, -2)."
+        fail(f"split_qkv's {name} has the wrong shape {setup}", want.shape, got.shape, hint)
+    if np.array_equal(got, want):
+        return
+    first = (0,) * len(batch)
+    other = {"k": expected[2], "v": expected[1]}.get(name)
+    if other is not None and other.shape == got.shape and np.array_equal(got, other):
+        fail(f"split_qkv's k and v are swapped {setup}", "the key block first, then the value block",
+             "the value block as k", "the columns are [queries | keys | values], in that order.")
+    if np.array_equal(got, block.reshape(*batch, n, T, D)):
+        fail(f"split_qkv's {name} heads hold the wrong numbers {setup}",
+             f"head 0 = columns 0..{D - 1} of the {name} block for every token: {want[first][0, :2].tolist()}, ...",
+             f"head 0 = {got[first][0, :2].tolist()}, ...",
+             "a reshape to (n, T, D) without a transpose cuts the data into consecutive blocks of T*D numbers, so "
+             "head 0 gets whole rows of the first tokens. Reshape to (..., T, n, D), then swap axes -3 and -2.")
+    if np.array_equal(got, np.moveaxis(block.reshape(*batch, T, D, n), -1, -3)):
+        fail(f"split_qkv's {name} heads hold interleaved columns {setup}",
+             f"head h = the contiguous columns h*D .. (h+1)*D - 1 of its block; row 0 of head 0 = "
+             f"{want[first][0, 0].tolist()}", f"row 0 of head 0 = {got[first][0, 0].tolist()} (every n-th column)",
+             "reshape the last axis to (n, D), not (D, n): each head owns a contiguous block of D columns.")
+    fail(f"split_qkv puts the wrong numbers in {name} {setup}",
+         f"{name}[..., 0, 0, :] = {want[first][0, 0].tolist()}", f"{name}[..., 0, 0, :] = {got[first][0, 0].tolist()}",
+         "the columns are [H*D query | Hkv*D key | Hkv*D value]; cut them there, then split each block into heads "
+         "as in section 1.")
