@@ -93,7 +93,8 @@ _MEASURE_JS = """() => {
         .map(p => p.textContent.split('\\n').reduce((a, b) => a.length > b.length ? a : b).slice(0, 80));
       let bottom = 0;
       s.querySelectorAll('.jp-Cell, h1, h2, h3, p, li, img').forEach(e => {
-        if (e.offsetParent !== null) bottom = Math.max(bottom, e.getBoundingClientRect().bottom);
+        const folded = e.closest('details:not([open])') && !e.closest('summary');  // a folded answer
+        if (e.offsetParent !== null && !folded) bottom = Math.max(bottom, e.getBoundingClientRect().bottom);
       });
       out.push({h: i, v: j, section: h.dataset.section, overflow: Math.round((bottom - box.top) / scale - s.offsetHeight), wide: wide});
     });
@@ -166,8 +167,8 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
             path = Path(urllib.parse.unquote(urllib.parse.urlsplit(target).path))
             if not path.exists():
                 broken.append(f"{url} -> {link}")
-            elif fragment and path.suffix == ".html" and not re.search(
-                    rf'id="{re.escape(urllib.parse.unquote(fragment))}"', path.read_text(encoding="utf-8")):
+            elif fragment and path.suffix == ".html" and not any(  # a browser tries the fragment as is, then decoded
+                    f'id="{f}"' in path.read_text(encoding="utf-8") for f in (fragment, urllib.parse.unquote(fragment))):
                 broken.append(f"{url} -> {link} (no such anchor)")
             elif path.suffix == ".html" and target not in seen:
                 todo.append(target)

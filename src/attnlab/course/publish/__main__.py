@@ -33,7 +33,6 @@ def main(argv=None) -> int:
         print(f"{len(result['decks'])} decks in {args.out} in {result['seconds']} s "
               f"(+ {_size(result['static_bytes'])} of shared _static/); open {args.out / 'index.html'}")
     elif args.command == "site":
-        guide.write()
         result = build_site(args.out)
         print(f"{len(result['pages'])} notebook pages, the landing page and the guide in {args.out} in "
               f"{result['seconds']} s; open {args.out / 'index.html'}")

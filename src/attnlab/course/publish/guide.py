@@ -20,6 +20,7 @@ from .hints import all_hints
 from .slideshow import explorer_controls
 
 GUIDE = ROOT / "docs" / "instructor-guide.md"
+SETUP_CHARS = 400
 
 INTRO = """\
 # Instructor guide
@@ -36,9 +37,10 @@ a prediction before anyone moves a control; an explorer is live only in JupyterL
 default state). Leave the "Try it" exercises for the end or for homework. The "Check yourself" questions make a
 ready-made discussion; their answers are folded under each question in the notebook.
 
-The minutes come from one estimate of each notebook's content (prose at {wpm} words a minute, {cell} s a code cell
-plus {line} s a line, {explorer} min an explorer, {exercise} min an exercise), the one printed in each notebook's
-header. They are a reader's pace: a room with questions takes longer.
+The minutes come from `attnlab.course.timing`, one estimate of each notebook's content (prose at {wpm} words a
+minute, {cell} s a code cell plus {line} s a line, {explorer} min an explorer, {exercise} min an exercise), the estimate
+that `python -m attnlab.course.timing --write` puts in the notebook headers. They are a reader's pace: a room with
+questions takes longer.
 
 ## Collecting and grading submissions
 
@@ -83,20 +85,22 @@ def _check_yourself(nb) -> list[tuple[str, str]]:
 
 
 def _explorers(nb) -> list[tuple[str, list[str], str]]:
-    """``(section title, control names, the prose just before)`` for each explorer of the notebook."""
+    """``(section title, control names, the prose that sets it up)`` for each explorer of the notebook: the last
+    markdown cell of its section before it (cut to ``SETUP_CHARS``)."""
     found, section, prose = [], "Introduction", ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             heading = re.match(r"##\s+(.*)", cell.source)
             if heading and not cell.source.startswith("###"):
-                section = heading.group(1).strip()
-            body = [p for p in re.split(r"\n\s*\n", cell.source) if p.strip() and not p.lstrip().startswith("#")]
-            if body:
-                prose = " ".join(body[0].split())
+                section, prose = heading.group(1).strip(), ""
+            body = " ".join(p for p in re.split(r"\n\s*\n", cell.source) if p.strip() and not p.lstrip().startswith("#"))
+            if body.strip():
+                prose = " ".join(body.split())
         elif cell.cell_type == "code":
             controls = explorer_controls(cell.source)
             if controls:
-                found.append((section, controls, prose))
+                setup = prose if len(prose) <= SETUP_CHARS else prose[:SETUP_CHARS].rsplit(" ", 1)[0] + " …"
+                found.append((section, controls, setup))
     return found
 
 
@@ -143,8 +147,8 @@ def notebook_section(item: CourseNotebook, hints: dict[str, list[str]]) -> str:
         lines += ["", "**Stop and let the room predict**", ""]
         for section, controls, prose in explorers:
             names = ", ".join(f"`{c}`" for c in controls)
-            lines.append(f"- In *{section}*: before moving {names}, ask what will change and why. "
-                         f"The notebook sets it up: \"{prose}\"")
+            lines.append(f"- In *{section}*: before moving {names}, ask what will change and why."
+                         + (f" The notebook sets it up: \"{prose}\"" if prose else ""))
     questions = _check_yourself(nb)
     if questions:
         lines += ["", "**Discussion prompts** (the notebook's \"Check yourself\")", ""]

@@ -27,12 +27,15 @@ from ..authoring import cell_role, stub_solution
 from ..timing import TIME_MARK
 
 SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
-CONTENT_HEIGHT = 600  # px of content a slide may hold (title bar, margins and padding excluded)
+CONTENT_HEIGHT = 640  # px of content a slide may hold (title bar, margins and padding excluded)
 TEXT_PX, TEXT_LINE = 26, 35  # prose font size and line height, as in slides.css
-CHARS_PER_LINE = 88  # prose characters per line at TEXT_PX on a 1280 px slide
+CHARS_PER_LINE = 96  # prose characters per line at TEXT_PX on a 1280 px slide
 CODE_WIDTH = 1180  # px available to a line of code
-CODE_SIZES = (20, 18, 17, 16, 15, 14, 13)  # px; the largest at which the cell's longest line fits
+CODE_SIZES = (20, 18, 17, 16, 15, 14, 13, 12)  # px; the largest at which the cell's code fits
 MONO_EM = 0.602  # width of one monospace character in em (DejaVu Sans Mono)
+LINE_EM = 1.3  # line height of code, as in slides.css
+MAX_CODE_LINES = 34  # longer code is cut on the slide (the notebook has it all)
+WRAP_CHARS = 130  # printed lines longer than this wrap on the slide instead of shrinking the font
 LONG_CODE_LINES = 8  # code longer than this is shown apart from its figure
 FIGURE_PX = 420  # height a figure is given when it shares a slide with its code
 MAX_OUTPUT_LINES = 14
@@ -60,10 +63,12 @@ def fold_details(source: str) -> str:
     return _DETAILS.sub(render, source)
 
 
-def code_size(lines: list[str]) -> int:
-    """The largest font size in ``CODE_SIZES`` at which the longest of ``lines`` fits ``CODE_WIDTH``."""
+def code_size(lines: list[str], height_lines: int = 0) -> int:
+    """The largest font size in ``CODE_SIZES`` at which the longest of ``lines`` fits ``CODE_WIDTH`` and
+    ``height_lines`` lines fit ``CONTENT_HEIGHT`` (the smallest size when none does)."""
     longest = max((len(line.expandtabs()) for line in lines), default=0)
-    return next((s for s in CODE_SIZES if (longest + 1) * s * MONO_EM <= CODE_WIDTH), CODE_SIZES[-1])
+    return next((s for s in CODE_SIZES if (longest + 1) * s * MONO_EM <= CODE_WIDTH
+                 and height_lines * s * LINE_EM <= CONTENT_HEIGHT - 40), CODE_SIZES[-1])
 
 
 def markdown_blocks(source: str) -> list[str]:
@@ -129,9 +134,18 @@ def markdown_height(block: str) -> int:
     if stripped.startswith("|"):
         return 20 + 40 * stripped.count("\n")
     text = re.sub(r"<details>.*?</details>", "", stripped, flags=re.S)
-    items = re.split(r"\n\s*(?=[-*+] |\d+\. )", text) if _is_list(text) else [text]
-    lines = sum(max(1, math.ceil(len(" ".join(i.split())) / CHARS_PER_LINE)) for i in items)
-    return lines * TEXT_LINE + 24 + 8 * (len(items) - 1) + (TEXT_LINE + 20) * block.count("<details")
+    label = re.match(r"\*\*[^*\n]+\*\*:?\s*\n\s*\n", text)  # a bold label joined to its block
+    if label:
+        text = text[label.end():]
+    listed = _is_list(text)
+    items = re.split(r"\n\s*(?=[-*+] |\d+\. )", text) if listed else [text]
+    width = CHARS_PER_LINE - 10 if listed else CHARS_PER_LINE  # list items are indented
+    height = 0.0
+    for item in items:
+        words = " ".join(item.split())
+        lines = max(1, math.ceil(len(words) / width))
+        height += lines * (TEXT_LINE + 4 * ("$" in words)) + 8  # inline math makes lines taller
+    return round(height) + 24 + (TEXT_LINE + 30) * bool(label) + (TEXT_LINE + 20) * block.count("<details")
 
 
 def _output_lines(cell) -> list[str]:
@@ -176,7 +190,7 @@ def explorer_controls(source: str) -> list[str]:
 
 def _code_height(cell) -> int:
     size = int(next(t for t in cell.metadata["tags"] if t.startswith("attnlab-code-")).rsplit("-", 1)[1])
-    line = round(size * 1.3)
+    line = round(size * LINE_EM)
     height = 24 + line * len(cell.source.split("\n"))
     out = _output_lines(cell)
     if out:
@@ -205,6 +219,9 @@ def slides_notebook(nb):
                 source, notes = source[: source.index(TIME_MARK)], source[source.index(TIME_MARK):]
             for block in markdown_blocks(source):
                 piece = nbformat.v4.new_markdown_cell(fold_details(block))
+                fenced = re.findall(r"^```[^\n]*\n(.*?)^```", block, re.S | re.M)
+                if fenced:
+                    _tag(piece, f"attnlab-code-{code_size([l for f in fenced for l in f.split(chr(10))])}")
                 if cell.get("attachments"):
                     piece["attachments"] = cell["attachments"]
                 level = len(block) - len(block.lstrip("#")) if block.startswith("#") else 0
@@ -233,7 +250,13 @@ def slides_notebook(nb):
             if WIDGET in out.get("data", {}) and "image/png" in out["data"]:
                 del out["data"][WIDGET]  # the explorer's stored picture; the widget needs a kernel to move
         _truncate(cell)
-        _tag(cell, f"attnlab-code-{code_size(cell.source.split(chr(10)) + _output_lines(cell))}")
+        lines = cell.source.split("\n")
+        if len(lines) > MAX_CODE_LINES:
+            cut = MAX_CODE_LINES - 1
+            cell.source = "\n".join(lines[:cut] + [f"# … {len(lines) - cut} more lines in the notebook"])
+            lines = cell.source.split("\n")
+        printed = [line for line in _output_lines(cell) if len(line) <= WRAP_CHARS]
+        _tag(cell, f"attnlab-code-{code_size(lines + printed, len(lines))}")
         if _has_figure(cell) and len(cell.source.split("\n")) > LONG_CODE_LINES:
             figure = copy.deepcopy(cell)
             figure["id"] = f"{cell.get('id', 'cell')}-figure"[:64]
