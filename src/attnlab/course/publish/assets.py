@@ -84,8 +84,9 @@ def fetch(package: Package, cache: Path) -> Path:
                                f"in {cache}")
         out = subprocess.run([npm, "pack", package.spec, "--json", "--pack-destination", str(cache)],
                              check=True, capture_output=True, text=True, env={**os.environ, "NPM_CONFIG_FUND": "false"})
-        name = json.loads(out.stdout)[0]["filename"]
-        (cache / name).replace(tarball) if (cache / name) != tarball else None
+        packed = cache / json.loads(out.stdout)[0]["filename"]
+        if packed != tarball:
+            packed.replace(tarball)
     got = _integrity(tarball)
     if got != package.integrity:
         tarball.unlink()

@@ -122,7 +122,9 @@ def _page(title: str, body: str, css: str = "", head: str = "") -> str:
             f"padding: 4px 8px; text-align: left; vertical-align: top; }}\n"
             f"nav.attnlab-nav {{ display: flex; flex-wrap: wrap; gap: 0.4em 1.4em; padding: 10px 0; "
             f"border-bottom: 1px solid #ddd; }}\nnav.attnlab-nav a {{ text-decoration: none; }}\n"
-            f"nav.attnlab-nav .spacer {{ flex: 1; }}\n{css}</style>\n{head}\n"
+            f"nav.attnlab-nav .spacer {{ flex: 1; }}\n"
+            f"a.anchor-link {{ visibility: hidden; margin-left: 0.3em; text-decoration: none; }}\n"
+            f":hover > a.anchor-link {{ visibility: visible; }}\n{css}</style>\n{head}\n"
             f"</head>\n<body>\n{body}\n</body>\n</html>\n")
 
 
