@@ -136,6 +136,13 @@ def test_deck_works_offline_and_fits_the_slides(stem, published, watched):
             page.evaluate(f"() => Reveal.slide({s['h']}, {s['v']})")
             page.wait_for_timeout(100)
             page.screenshot(path=str(SHOTS / f"slides__{stem}__{k}.png"))
+        explorer = page.evaluate("""() => { for (const [i, h] of Reveal.getHorizontalSlides().entries())
+            for (const [j, s] of Array.from(h.querySelectorAll(':scope > section')).entries())
+              if (s.textContent.includes('explorer(')) return [i, j]; return null; }""")
+        if explorer:  # the subslide after the explorer's code shows its stored picture
+            page.evaluate(f"() => Reveal.slide({explorer[0]}, {explorer[1] + 1})")
+            page.wait_for_timeout(100)
+            page.screenshot(path=str(SHOTS / f"slides__{stem}__explorer.png"))
     watched.check(f"slides/{stem}.html")
 
 

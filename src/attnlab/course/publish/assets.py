@@ -94,10 +94,14 @@ def fetch(package: Package, cache: Path) -> Path:
     return tarball
 
 
-def install(static: Path, cache: Path) -> list[Path]:
-    """Copy every package's files into ``static`` (``<out>/_static``); return the files written."""
+def install(static: Path, cache: Path, skip: tuple[str, ...] = ()) -> list[Path]:
+    """Copy the files of every package (but those named in ``skip``) into ``static`` (``<out>/_static``); return the
+    files there."""
     written = []
     for package in PACKAGES:
+        if package.name in skip:
+            shutil.rmtree(static / package.into, ignore_errors=True)
+            continue
         target = static / package.into
         stamp = target / ".version"
         if stamp.exists() and stamp.read_text() == package.spec:

@@ -85,7 +85,8 @@ def build_slides(out: Path, root: Path = ROOT, cache: Path | None = None) -> dic
     start = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    assets.install(out / "_static", cache or _cache(out))
+    # explorers show their pictures on slides: no widget renderer needed
+    assets.install(out / "_static", cache or _cache(out), skip=("@jupyter-widgets/html-manager",))
     c = _config("attnlab-slides")
     c.SlidesExporter.reveal_url_prefix = assets.REVEAL
     c.SlidesExporter.reveal_theme = "white"
@@ -96,7 +97,7 @@ def build_slides(out: Path, root: Path = ROOT, cache: Path | None = None) -> dic
     decks = {}
     for item in course_notebooks(root):
         nb = slides_notebook(nbformat.read(item.source, as_version=4))
-        nb.metadata.pop("widgets", None)  # explorers show their pictures on slides: no widget renderer needed
+        nb.metadata.pop("widgets", None)
         html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": item.title}})
         path = out / f"{item.stem}.html"
         path.write_text(html, encoding="utf-8")

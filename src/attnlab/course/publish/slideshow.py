@@ -11,6 +11,7 @@ The rules, in the order a reader meets them:
 * an exercise shows the learner's stub (``# your code here``); the reference solution goes to the speaker notes
   and the check cell is skipped; the header's time block goes to the notes;
 * printed output longer than ``MAX_OUTPUT_LINES`` is cut, saying how many lines are left out;
+* a paragraph or list taller than a slide gets smaller text (``attnlab-text-small``);
 * every code cell gets a font size (a ``attnlab-code-N`` tag, N in px) at which its longest line fits the slide.
 """
 
@@ -29,6 +30,7 @@ from ..timing import TIME_MARK
 SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
 CONTENT_HEIGHT = 640  # px of content a slide may hold (title bar, margins and padding excluded)
 TEXT_PX, TEXT_LINE = 26, 35  # prose font size and line height, as in slides.css
+SMALL_TEXT_PX = 21  # the font of a block that would not fit at TEXT_PX
 CHARS_PER_LINE = 96  # prose characters per line at TEXT_PX on a 1280 px slide
 CODE_WIDTH = 1180  # px available to a line of code
 CODE_SIZES = (20, 18, 17, 16, 15, 14, 13, 12)  # px; the largest at which the cell's code fits
@@ -226,7 +228,11 @@ def slides_notebook(nb):
                     piece["attachments"] = cell["attachments"]
                 level = len(block) - len(block.lstrip("#")) if block.startswith("#") else 0
                 kind = f"heading{min(level, 3)}" if level else "content"
-                cells.append((piece, kind, markdown_height(block)))
+                height = markdown_height(block)
+                if height > CONTENT_HEIGHT:  # one block taller than a slide: smaller text (slides.css)
+                    _tag(piece, "attnlab-text-small")
+                    height = round(height * SMALL_TEXT_PX / TEXT_PX)
+                cells.append((piece, kind, height))
             if notes.strip():
                 cells.append((nbformat.v4.new_markdown_cell(notes), "notes", 0))
             continue
@@ -277,21 +283,26 @@ def slides_notebook(nb):
         if solution is not None:
             cells.append((solution, "notes", 0))
 
-    section, used, out_cells, first = "Introduction", 0, [], True
+    section, used, out_cells, first, lone_heading = "Introduction", 0, [], True, False
     for cell, kind, height in cells:
+        # a heading is never left alone on a slide: what follows it stays when it fits a slide by itself
+        fits = used + height <= CONTENT_HEIGHT or (lone_heading and height <= CONTENT_HEIGHT)
         if kind in ("notes", "skip"):
             _meta(cell, kind)
-        elif first or kind in ("heading1", "heading2"):
+            out_cells.append(cell)
+            continue
+        if first or kind in ("heading1", "heading2"):
             if kind == "heading2":
                 section = re.match(r"##\s+(.*)", cell.source).group(1).strip()
             _meta(cell, "slide", section=section)
             used, first = height, False
-        elif kind == "heading3" or kind == "figure" or used + height > CONTENT_HEIGHT:
+        elif kind == "heading3" or kind == "figure" or not fits:
             _meta(cell, "subslide")
             used = height
         else:
             _meta(cell, "-")
             used += height
+        lone_heading = kind.startswith("heading")
         out_cells.append(cell)
     src.cells = out_cells
     return src
