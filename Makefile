@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NB     ?=
 
-.PHONY: help install lab test unit notebooks learner check bench clean
+.PHONY: help install lab test unit notebooks learner check bench slides site guide clean
 
 help:
 	@echo "make lab        open the course in JupyterLab"
@@ -16,6 +16,8 @@ help:
 	@echo "make learner    regenerate the learner notebooks from notebooks/solutions/"
 	@echo "make notebooks  update each notebook's Colab cell, re-execute every notebook in place, then make learner"
 	@echo "make bench      run the benchmarks in benchmarks/"
+	@echo "make slides     one reveal.js deck per notebook in build/slides/ (offline)"
+	@echo "make site       the course as a static website in build/site/, the instructor guide included"
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed, found " + sys.version.split()[0])'
@@ -51,5 +53,14 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/grading.py
 
+slides: install
+	$(BIN)/python -m attnlab.course.publish slides --out build/slides
+
+site: install
+	$(BIN)/python -m attnlab.course.publish site --out build/site
+
+guide: install
+	$(BIN)/python -m attnlab.course.publish guide
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info build
