@@ -43,15 +43,28 @@ from .heads import (
 from .masks import causal_mask, combine_masks, document_mask, padding_mask, position_ids, sliding_window_mask
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .softmax import softmax
+from .model import (
+    Adam,
+    Model,
+    attention_layer,
+    attention_layer_backward,
+    copy_task,
+    cross_entropy,
+    generate,
+    init_model,
+    loss_and_grads,
+    model_forward,
+    train,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttentionWeights", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "causal_mask", "causal_pairs",
-    "combine_masks", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
-    "init_weights", "kv_cache_bytes", "matmul_flops", "merge_heads", "multi_head_attention", "online_softmax",
+    "Adam", "AttentionWeights", "Model", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs",
+    "combine_masks", "copy_task", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
+    "generate", "init_model", "init_weights", "kv_cache_bytes", "loss_and_grads", "matmul_flops", "merge_heads", "model_forward", "multi_head_attention", "online_softmax",
     "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
-    "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention",
+    "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention", "train",
 ]
 
 
