@@ -17,6 +17,7 @@ NaN in the inputs is not hidden: it propagates to the rows it touches.
 """
 
 from .attention import attention, repeat_kv
+from .backward import attention_backward, softmax_backward, tiled_attention_backward
 from .cost import (
     GiB,
     attention_flops,
@@ -47,11 +48,12 @@ from .softmax import softmax
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttentionWeights", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "causal_mask", "causal_pairs",
-    "combine_masks", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
-    "init_weights", "kv_cache_bytes", "matmul_flops", "merge_heads", "multi_head_attention", "online_softmax",
-    "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
-    "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention",
+    "AttentionWeights", "GiB", "KVCache", "TiledStats", "attention", "attention_backward", "attention_flops",
+    "causal_mask", "causal_pairs", "combine_masks", "crossover_length", "decode", "decode_step", "decode_step_cost",
+    "document_mask", "format_bytes", "init_weights", "kv_cache_bytes", "matmul_flops", "merge_heads",
+    "multi_head_attention", "online_softmax", "online_softmax_stats", "padding_mask", "position_ids", "project_qkv",
+    "projection_flops", "repeat_kv", "score_bytes", "sliding_window_mask", "softmax", "softmax_backward",
+    "split_heads", "tiled_attention", "tiled_attention_backward",
 ]
 
 
