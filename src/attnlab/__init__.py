@@ -17,6 +17,7 @@ NaN in the inputs is not hidden: it propagates to the rows it touches.
 """
 
 from .attention import attention, repeat_kv
+from .backward import attention_backward, softmax_backward, tiled_attention_backward
 from .cost import (
     GiB,
     attention_flops,
@@ -41,8 +42,6 @@ from .heads import (
     split_heads,
 )
 from .masks import causal_mask, combine_masks, document_mask, padding_mask, position_ids, sliding_window_mask
-from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
-from .softmax import softmax
 from .model import (
     Adam,
     Model,
@@ -56,15 +55,19 @@ from .model import (
     model_forward,
     train,
 )
+from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
+from .softmax import softmax
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Adam", "AttentionWeights", "Model", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs",
-    "combine_masks", "copy_task", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
-    "generate", "init_model", "init_weights", "kv_cache_bytes", "loss_and_grads", "matmul_flops", "merge_heads", "model_forward", "multi_head_attention", "online_softmax",
-    "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
-    "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention", "train",
+    "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledStats", "attention", "attention_backward",
+    "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs", "combine_masks",
+    "copy_task", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask",
+    "format_bytes", "generate", "init_model", "init_weights", "kv_cache_bytes", "loss_and_grads", "matmul_flops",
+    "merge_heads", "model_forward", "multi_head_attention", "online_softmax", "online_softmax_stats", "padding_mask",
+    "position_ids", "project_qkv", "projection_flops", "repeat_kv", "score_bytes", "sliding_window_mask", "softmax",
+    "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "train",
 ]
 
 

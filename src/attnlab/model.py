@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import attention_backward
 from ._checks import positive_int, scale_value
 from ._parallel import _blas_controller
 from .attention import attention
+from .backward import attention_backward
 from .heads import AttentionWeights, KVCache, _float_dtype, decode_step, merge_heads, project_qkv, split_heads
 from .softmax import softmax
 
