@@ -13,6 +13,17 @@ import pytest
 
 import attnlab
 from attnlab import (
+    Adam,
+    Model,
+    attention_layer,
+    attention_layer_backward,
+    copy_task,
+    cross_entropy,
+    generate,
+    init_model,
+    loss_and_grads,
+    model_forward,
+    train,
     AttentionWeights,
     KVCache,
     attention,
@@ -48,6 +59,7 @@ from attnlab import (
     tiled_attention,
     tiled_attention_backward,
 )
+from attnlab.model import sinusoidal_positions
 from attnlab.widgets import explorer
 
 # public names that take no input: a constant, and the record tiled_attention returns
@@ -65,6 +77,7 @@ def i(*shape):
 
 
 W = init_weights(8, 4, 2, seed=0)  # d_model 8, H 4, Hkv 2, D 2
+MODEL = init_model(5, 8, d_model=8, H=2, seed=0)  # vocab 5, max_len 8
 
 
 def cache_with(length, max_len=3):
@@ -304,6 +317,59 @@ CASES = [
     ("decode", lambda: decode(f(3, 6), W), "x has d_model=6 but the weights expect d_model=8"),
     ("decode", lambda: decode(f(3, 8), "weights"), "weights must be an AttentionWeights (see init_weights), got str"),
     ("decode", lambda: decode(i(3, 8), W), "x must be a floating-point array (float16/32/64), got dtype int64"),
+    # the trainable model
+    ("init_model", lambda: init_model(0, 8), "vocab must be >= 1, got 0"),
+    ("init_model", lambda: init_model(5, 8, d_model=10, H=3),
+     "d_model=10 is not a multiple of H=3 (or give the head width D)"),
+    ("init_model", lambda: init_model(5, 8, H=4, Hkv=3), "H=4 is not a multiple of Hkv=3"),
+    ("init_model", lambda: init_model(5, 8, scale=0), "scale must be a positive finite number, got 0"),
+    ("init_model", lambda: init_model(5, 8, dtype=int),
+     "dtype must be a floating-point type (float16/32/64), got <class 'int'>"),
+    ("Model", lambda: Model({"embed": f(2, 2)}, 1, 1, 1), "params must hold ['embed', 'pos', 'layers.0.W_q', "),
+    ("Model", lambda: Model([], 2, 1, 1), "params must be a dict of arrays (see init_model), got list"),
+    ("Model", lambda: Model(MODEL.params, 2, 3, 1), "H=2 is not a multiple of Hkv=3"),
+    ("model_forward", lambda: model_forward(MODEL, f(1, 4)),
+     "tokens must be an integer array of token ids, got dtype float64"),
+    ("model_forward", lambda: model_forward(MODEL, np.arange(4)),
+     "tokens must have shape (B, T) with B, T >= 1, got shape (4,)"),
+    ("model_forward", lambda: model_forward(MODEL, i(1, 9)), "tokens has T=9 positions but the model has max_len=8"),
+    ("model_forward", lambda: model_forward(MODEL, np.array([[0, 5]])),
+     "tokens must be ids in [0, 5), got values in [0, 5]"),
+    ("model_forward", lambda: model_forward(W, i(1, 4)),
+     "model must be a Model (see init_model), got AttentionWeights"),
+    ("model_forward", lambda: model_forward(MODEL, i(1, 4), np.ones((3, 3), bool)),
+     "mask of shape (3, 3) does not broadcast to (1, 2, 4, 4)"),
+    ("loss_and_grads", lambda: loss_and_grads(MODEL, i(2, 4), i(2, 3)),
+     "targets must have the shape of tokens (2, 4), got (2, 3)"),
+    ("loss_and_grads", lambda: loss_and_grads(MODEL, i(2, 4), f(2, 4)),
+     "targets must be an integer array of token ids, got dtype float64"),
+    ("attention_layer", lambda: attention_layer(i(4, 8), W),
+     "x must be a floating-point array (float16/32/64), got dtype int64"),
+    ("attention_layer", lambda: attention_layer(f(4, 8), W, scale=-1.0),
+     "scale must be a positive finite number, got -1.0"),
+    ("attention_layer_backward", lambda: attention_layer_backward(f(4, 8), W, f(4, 6)),
+     "dy must have the shape of x (4, 8), got (4, 6)"),
+    ("attention_layer_backward", lambda: attention_layer_backward(f(4, 6), W, f(4, 6)),
+     "x has d_model=6 but the weights expect d_model=8"),
+    ("cross_entropy", lambda: cross_entropy(i(2, 3), i(2)),
+     "logits must be a floating-point array (..., V), got dtype int64"),
+    ("cross_entropy", lambda: cross_entropy(f(2, 3), i(3)), "targets must be integers of shape (2,), got int64 (3,)"),
+    ("cross_entropy", lambda: cross_entropy(f(2, 3), np.array([0, 3])), "targets must be in [0, 3), got [0, 3]"),
+    ("Adam", lambda: Adam(lr=0), "lr must be a positive finite number, got 0"),
+    ("Adam", lambda: Adam(betas=(0.9, 1.0)), "betas must be two numbers in [0, 1), got (0.9, 1.0)"),
+    ("Adam", lambda: Adam(eps="1e-8"), "eps must be a positive finite number, got '1e-8'"),
+    ("Adam", lambda: Adam().step({"x": f(2)}, {"x": f(3)}), "gradient 'x' of shape (3,) matches no parameter"),
+    ("train", lambda: train(MODEL.copy(), lambda step: (i(1, 4), i(1, 4)), 0), "steps must be >= 1, got 0"),
+    ("train", lambda: train(MODEL.copy(), [(i(1, 4), i(1, 4))], 1),
+     "batches must be a function step -> (tokens, targets), got list"),
+    ("generate", lambda: generate(MODEL, i(1, 4), 6),
+     "prompt of 4 + 6 new tokens needs 9 positions, more than max_len=8"),
+    ("generate", lambda: generate(MODEL, i(1, 4), -1), "n_new must be >= 0, got -1"),
+    ("generate", lambda: generate(MODEL, f(1, 4), 1),
+     "prompt must be an integer array of token ids, got dtype float64"),
+    ("copy_task", lambda: copy_task(2, 3, 1), "vocab must be >= 2 (the separator and at least one symbol), got 1"),
+    ("copy_task", lambda: copy_task(0, 3, 4), "n must be >= 1, got 0"),
+    ("sinusoidal_positions", lambda: sinusoidal_positions(4, 0), "d_model must be >= 1, got 0"),
     # cost
     ("matmul_flops", lambda: matmul_flops(0, 2, 3), "m must be >= 1, got 0"),
     ("matmul_flops", lambda: matmul_flops(1, -2, 3), "k must be >= 1, got -2"),

@@ -42,7 +42,8 @@ class Model:
     frozen: tuple = field(default=())  # parameters that get no gradient (fixed positions)
 
     def __post_init__(self):
-        H, Hkv, n_layers = positive_int(self.H, "H"), positive_int(self.Hkv, "Hkv"), positive_int(self.n_layers, "n_layers")
+        H, Hkv = positive_int(self.H, "H"), positive_int(self.Hkv, "Hkv")
+        n_layers = positive_int(self.n_layers, "n_layers")
         if H % Hkv:
             raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
         if not isinstance(self.params, dict):
@@ -204,7 +205,8 @@ def cross_entropy(logits, targets):
     logits = np.asarray(logits)
     targets = np.asarray(targets)
     if logits.dtype.kind != "f" or logits.ndim < 1:
-        raise ValueError(f"logits must be a floating-point array (..., V), got dtype {logits.dtype}, shape {logits.shape}")
+        raise ValueError(f"logits must be a floating-point array (..., V), got dtype {logits.dtype}, "
+                         f"shape {logits.shape}")
     if targets.dtype.kind not in "iu" or targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets must be integers of shape {logits.shape[:-1]}, got {targets.dtype} {targets.shape}")
     if targets.size and (targets.min() < 0 or targets.max() >= logits.shape[-1]):
