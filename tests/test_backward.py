@@ -422,8 +422,10 @@ def test_tiled_backward_memory_grows_linearly_plain_backward_quadratically():
     small, large = inputs(S1), inputs(S2)
     tiled_ratio = (peak_bytes(tiled_attention_backward, *large, causal=True, **tiles)
                    / peak_bytes(tiled_attention_backward, *small, causal=True, **tiles))
-    plain_ratio = (peak_bytes(attention_backward, *large[:3], large[4], causal=True)
-                   / peak_bytes(attention_backward, *small[:3], small[4], causal=True))
+    plain_large = peak_bytes(attention_backward, *large[:3], large[4], causal=True)
+    plain_ratio = plain_large / peak_bytes(attention_backward, *small[:3], small[4], causal=True)
     assert tiled_ratio < 6, f"tiled backward peak grew {tiled_ratio:.1f}x for 4x longer sequences"
-    assert plain_ratio > 10, f"plain backward peak grew only {plain_ratio:.1f}x: are the weights not held whole?"
+    assert plain_ratio > 8, f"plain backward peak grew only {plain_ratio:.1f}x: are the weights not held whole?"
+    assert plain_large >= S2 * S2 * 8, "the plain backward holds the whole float64 (T, S) weights"
+    # and in absolute terms the tiled backward never holds anything close to the S2 x S2 scores
     assert peak_bytes(tiled_attention_backward, *large, **tiles) < S2 * S2 * 8 / 8
