@@ -260,6 +260,7 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
                                               causal=causal, scale=scale, Br=Br, Bc=Bc)
         return dq[0], dk[0], dv[0]
     Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
+    # the head width is d_k here: D is the paper's rowsum(dO ∘ O)
     T, d_k, S, Hkv, Dv = q.shape[-2], q.shape[-1], k.shape[-2], k.shape[-3], v.shape[-1]
     scale = scale_value(scale, d_k)
     mask = prepare_mask(mask, False, q.shape, S)  # the causal part is index arithmetic per tile, as in the forward
