@@ -11,9 +11,12 @@ Shape legend, used in every docstring, comment and einsum string of this package
     scores   (..., H, T, S)  before the softmax
     weights  (..., H, T, S)  after it; each row sums to 1, or is all zeros when fully masked
 
+A gradient carries a ``d`` and the shape of what it is the gradient of: ``dout`` (``dO``) is ``(..., H, T, Dv)`` like
+the output, ``dq, dk, dv`` are shaped like ``q, k, v``, ``dweights`` and ``dscores`` like the weights and scores.
+
 Masks are boolean with True = may attend, broadcastable to (..., H, T, S). They become an additive -inf bias in exactly
-one place, :func:`attnlab.softmax`. A row with no allowed key gets zero weights and a zero output, never NaN.
-NaN in the inputs is not hidden: it propagates to the rows it touches.
+one place, :func:`attnlab.softmax`. A row with no allowed key gets zero weights, a zero output and zero gradients,
+never NaN. NaN in the inputs is not hidden: it propagates to the rows it touches.
 """
 
 from .attention import attention, repeat_kv
