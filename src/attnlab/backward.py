@@ -267,8 +267,8 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     check_causal_fits(causal, T, S)
     dtype = compute_dtype(q, k, v, out, dout)
 
-    Qg = np.multiply(group_query_heads(q, Hkv), dtype.type(scale), dtype=dtype)  # Q · scale, once  (..., Hkv, G, T, D)
-    k_, v_ = k.astype(dtype, copy=False), v.astype(dtype, copy=False)  # a copy only for float16
+    Qg = group_query_heads(q.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, D), a copy only for float16
+    k_, v_ = k.astype(dtype, copy=False), v.astype(dtype, copy=False)
     dOg = group_query_heads(dout.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, Dv)
     Og = group_query_heads(out, Hkv)
     Dg = np.einsum("...d,...d->...", dOg, Og, dtype=dtype)[..., None]  # D = rowsum(dO ∘ O)  (..., Hkv, G, T, 1)
@@ -283,6 +283,7 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     def key_block(idx, j0, j1, dQ):
         """dK_j and dV_j of keys j0:j1 of one key/value head, and their share of its dQ, added into ``dQ (G, T, D)``."""
         K_j, V_j = k_[idx][j0:j1], v_[idx][j0:j1]  # (Bc, D), (Bc, Dv)
+        K_js = K_j * dtype.type(scale)  # the scale goes on the (Bc, D) keys once, not on every (Br, D) query block
         dK_j, dV_j = np.zeros((j1 - j0, d_k), dtype=dtype), np.zeros((j1 - j0, Dv), dtype=dtype)
         tile = np.empty((2, G, min(Br, T), j1 - j0), dtype=dtype)  # the tiles of P_ij and dS_ij, reused
         for i0, i1 in query_blocks(j0, T, S, Br, causal):
@@ -290,7 +291,7 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
             if allowed is not None and not allowed.any():  # the forward skipped this tile: it has no gradient
                 continue
             Q_i, dO_i = Qg[idx][:, i0:i1], dOg[idx][:, i0:i1]  # (G, Br, D), (G, Br, Dv)
-            S_ij = np.matmul(Q_i, K_j.T, out=tile[0, :, : i1 - i0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
+            S_ij = np.matmul(Q_i, K_js.T, out=tile[0, :, : i1 - i0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
             mask_inplace(S_ij, allowed)
             S_ij -= Lg[idx][:, i0:i1]
             P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
@@ -299,9 +300,9 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
             dS_ij = np.multiply(dP_ij, P_ij, out=dP_ij)  # dS_ij = P_ij ∘ (dP_ij - D_i)
             for g in range(G):  # a key/value head's gradient sums over its G query heads
                 dV_j += P_ij[g].T @ dO_i[g]  # dV_j += P_ijᵀ dO_i  (Bc, Dv)
-                dK_j += dS_ij[g].T @ Q_i[g]  # dK_j += dS_ijᵀ Q_i · scale  (Bc, D)
+                dK_j += dS_ij[g].T @ Q_i[g]  # dK_j += dS_ijᵀ Q_i  (Bc, D), times scale below
             dQ[:, i0:i1] += dS_ij @ K_j  # dQ_i += dS_ij K_j  (G, Br, D), times scale below
-        dk[idx][j0:j1] = dK_j
+        np.multiply(dK_j, dtype.type(scale), out=dk[idx][j0:j1])  # dK_j = dS_jᵀ Q · scale
         dv[idx][j0:j1] = dV_j
 
     # Where the paper adds into dQ atomically, a task here owns its dQ: all of one head's key blocks (writing into
