@@ -7,8 +7,13 @@ machine's float32 matmul rate and its `np.exp` rate per core, and reports each t
 
     floor = (the two matmuls, 4·H·S²·D FLOPs, at the measured matmul rate) + (H·S² exps spread over all cores).
 
-If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on the CPU is measured as a peer. It also
-times every notebook in a fresh kernel and the notebook suite under nbval. Results: a table on stdout,
+If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on the CPU is measured as a peer.
+
+The backward pass: `attnlab.attention_backward` (which holds the whole weights) and `attnlab.tiled_attention_backward`
+(which keeps only the log-sum-exp and recomputes each tile): median time, peak memory, the largest error of dq, dk, dv
+against float64, and the tiled backward's time as a multiple of its own forward (`tiled_attention(..., return_lse=True)`),
+the two timed alternately in the same loop so that a busy machine slows both alike. It also times every notebook in a
+fresh kernel and the notebook suite under nbval. Results: a table on stdout,
 benchmarks/results/bench.json and benchmarks/results/bench.png.
 """
 
@@ -34,6 +39,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 H, D = 8, 64
 # tiled_attention runs with its default tile sizes
 BLOCKS = {name: p.default for name, p in inspect.signature(attnlab.tiled_attention).parameters.items() if name in ("Br", "Bc")}
+BACKWARD_BLOCKS = {name: p.default for name, p in inspect.signature(attnlab.tiled_attention_backward).parameters.items()
+                   if name in ("Br", "Bc")}
 
 
 def median_time(fn, repeats: int) -> float:
@@ -118,6 +125,69 @@ def bench_attention(sizes, repeats: int, mm_rate: float, exp_rate: float) -> lis
     return rows
 
 
+def bench_backward(sizes, repeats: int, plain_max_S: int, mm_rate: float, exp_rate: float) -> list[dict]:
+    """The two backward passes, and the tiled forward timed alternately with the tiled backward."""
+    tiled_name = f"attnlab.tiled_attention_backward (Br={BACKWARD_BLOCKS['Br']}, Bc={BACKWARD_BLOCKS['Bc']})"
+    rows = []
+    for S in sizes:
+        rng = np.random.default_rng(S)
+        q, k, v, dout = rng.standard_normal((4, 1, H, S, D), dtype=np.float32)
+        out, lse = attnlab.tiled_attention(q, k, v, return_lse=True)
+        # float64 reference: the tiled backward in float64 (memory linear in S; the tests show it equals
+        # attention_backward and the loop oracle to ~1e-12)
+        q64, k64, v64, dout64 = (a.astype(np.float64) for a in (q, k, v, dout))
+        out64, lse64 = attnlab.tiled_attention(q64, k64, v64, return_lse=True)
+        reference = attnlab.tiled_attention_backward(q64, k64, v64, out64, dout64, lse64)
+        del q64, k64, v64, dout64, out64, lse64
+
+        def forward():
+            return attnlab.tiled_attention(q, k, v, return_lse=True)
+
+        def tiled():
+            return attnlab.tiled_attention_backward(q, k, v, out, dout, lse)
+
+        def plain():
+            return attnlab.attention_backward(q, k, v, dout)
+
+        def error(grads):
+            return max(float(np.abs(g - r).max()) for g, r in zip(grads, reference))
+
+        scale_ref = max(float(np.abs(r).max()) for r in reference)
+        forward(), tiled()  # warm up
+        t_fwd, t_tiled = [], []
+        for _ in range(repeats):  # alternately, so that the ratio compares runs under the same load
+            for fn, times in ((forward, t_fwd), (tiled, t_tiled)):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+        t_fwd, t_tiled = statistics.median(t_fwd), statistics.median(t_tiled)
+        # FLOPs: the tiled backward recomputes S = Q Kᵀ, then dV, dP, dQ, dK: five matmuls of 2·S²·D per head
+        flops_tiled = 10 * H * S * S * D
+        floor = flops_tiled / mm_rate + H * S * S / (exp_rate * workers())
+        err = error(tiled())
+        rows.append({"S": S, "implementation": tiled_name, "seconds": t_tiled, "gflops": flops_tiled / t_tiled / 1e9,
+                     "peak_bytes": peak_bytes(tiled), "max_error": err, "max_relative_error": err / scale_ref,
+                     "floor_seconds": floor, "x_floor": t_tiled / floor, "forward_seconds": t_fwd,
+                     "x_forward": t_tiled / t_fwd})
+        print(f"  S={S:<5} {tiled_name:<58} {t_tiled:8.3f} s  {t_tiled / t_fwd:5.2f}x its forward "
+              f"({t_fwd:.3f} s)", flush=True)
+        if S > plain_max_S:
+            print(f"  S={S:<5} attnlab.attention_backward skipped: its weights alone would be "
+                  f"{attnlab.format_bytes(H * S * S * 4)}", flush=True)
+            continue
+        # the plain backward runs attention's forward (two matmuls) and then dV, dP, dQ, dK
+        flops_plain = 12 * H * S * S * D
+        floor = flops_plain / mm_rate + H * S * S / (exp_rate * workers())
+        t = median_time(plain, repeats)
+        err = error(plain())
+        rows.append({"S": S, "implementation": "attnlab.attention_backward", "seconds": t,
+                     "gflops": flops_plain / t / 1e9, "peak_bytes": peak_bytes(plain), "max_error": err,
+                     "max_relative_error": err / scale_ref, "floor_seconds": floor, "x_floor": t / floor,
+                     "forward_seconds": None, "x_forward": None})
+        print(f"  S={S:<5} {'attnlab.attention_backward':<58} {t:8.3f} s", flush=True)
+    return rows
+
+
 def bench_notebooks() -> dict:
     """Each notebook's execution time in a fresh kernel, and the wall time of the notebook suite under nbval."""
     import nbformat
@@ -140,22 +210,22 @@ def bench_notebooks() -> dict:
             "nbval_suite_passed": result.returncode == 0, "nbval_summary": result.stdout.strip().splitlines()[-1:]}
 
 
-def plot(rows, path):
+def plot(rows, backward, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    names = list(dict.fromkeys(r["implementation"] for r in rows))
     sizes = sorted({r["S"] for r in rows})
-    for name in names:
-        mine = [r for r in rows if r["implementation"] == name]
-        ax_t.loglog([r["S"] for r in mine], [r["seconds"] for r in mine], "o-", label=name)
-        if mine[0]["peak_bytes"] is not None:
-            ax_m.loglog([r["S"] for r in mine], [r["peak_bytes"] / 2**20 for r in mine], "o-", label=name)
+    for group, style in ((rows, "o-"), (backward, "s--")):  # forward passes solid, backward passes dashed
+        for name in dict.fromkeys(r["implementation"] for r in group):
+            mine = [r for r in group if r["implementation"] == name]
+            ax_t.loglog([r["S"] for r in mine], [r["seconds"] for r in mine], style, label=name)
+            if mine[0]["peak_bytes"] is not None:
+                ax_m.loglog([r["S"] for r in mine], [r["peak_bytes"] / 2**20 for r in mine], style, label=name)
     floors = {r["S"]: r["floor_seconds"] for r in rows}
-    ax_t.loglog(sizes, [floors[s] for s in sizes], "k--", label="floor (matmul rate + exp rate)")
+    ax_t.loglog(sizes, [floors[s] for s in sizes], "k:", label="forward floor (matmul rate + exp rate)")
     ax_t.set(title=f"time, H={H}, D={D}, float32", xlabel="context length S", ylabel="seconds (median)")
     ax_m.set(title="peak memory (tracemalloc)", xlabel="context length S", ylabel="MiB")
     for ax in (ax_t, ax_m):
@@ -164,7 +234,7 @@ def plot(rows, path):
     fig.savefig(path, dpi=110)
 
 
-def targets(rows, notebooks) -> list[tuple[str, bool, str]]:
+def targets(rows, notebooks, backward=()) -> list[tuple[str, bool, str]]:
     at = {r["implementation"].split(" (")[0].split(" ")[0]: r for r in rows if r["S"] == 4096}
     attn, tiled = at.get("attnlab.attention"), at.get("attnlab.tiled_attention")
     out = []
@@ -179,6 +249,17 @@ def targets(rows, notebooks) -> list[tuple[str, bool, str]]:
             fastest = max(attn["seconds"], tiled["seconds"])
             out.append(("both faster than torch SDPA (CPU)", fastest < torch_row["seconds"],
                         f"{fastest:.3f} s vs {torch_row['seconds']:.3f} s"))
+    back = {r["implementation"].split(" (")[0]: r for r in backward if r["S"] == 4096}
+    plain_b, tiled_b = back.get("attnlab.attention_backward"), back.get("attnlab.tiled_attention_backward")
+    if tiled_b:
+        out.append(("tiled backward <= 3x its forward at S=4096 (FlashAttention-2: about 2.5x)",
+                    tiled_b["x_forward"] <= 3, f"{tiled_b['x_forward']:.2f}x"))
+    if tiled_b and plain_b:
+        out.append(("tiled backward no slower than attention_backward at S=4096", tiled_b["seconds"] <= plain_b["seconds"],
+                    f"{tiled_b['seconds']:.3f} s vs {plain_b['seconds']:.3f} s"))
+        out.append(("tiled backward peak memory <= 1/16 of attention_backward's",
+                    tiled_b["peak_bytes"] * 16 <= plain_b["peak_bytes"],
+                    f"1/{plain_b['peak_bytes'] / tiled_b['peak_bytes']:.0f}"))
     if notebooks:
         per = notebooks["per_notebook_seconds"]
         slow = {p: t for p, t in per.items() if t > (20 if "05_" in p else 10)}
@@ -192,6 +273,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--backward-sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--plain-backward-max", type=int, default=4096,
+                        help="largest S for attention_backward, which holds H*S*S weights (2 GiB at S=8192)")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--skip-notebooks", action="store_true", help="do not time the notebooks")
     args = parser.parse_args(argv)
@@ -202,6 +286,8 @@ def main(argv=None) -> int:
     print(f"float32 matmul rate (all cores): {mm / 1e9:.1f} GFLOP/s;  np.exp rate: {ex / 1e9:.2f} G exps/s per core")
     print("attention:")
     rows = bench_attention(args.sizes, args.repeats, mm, ex)
+    print("backward:")
+    backward = bench_backward(args.backward_sizes, args.repeats, args.plain_backward_max, mm, ex)
     notebooks = None if args.skip_notebooks else (print("notebooks:") or bench_notebooks())
 
     print()
@@ -212,21 +298,31 @@ def main(argv=None) -> int:
         peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.1f}"
         print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
               f"{peak:>9} {r['max_error']:9.1e}")
+    print()
+    header = (f"{'S':>5}  {'backward':<58} {'time s':>8} {'GFLOP/s':>8} {'x floor':>8} {'x fwd':>6} {'peak MiB':>9} "
+              f"{'max err':>9} {'rel err':>9}")
+    print(header)
+    print("-" * len(header))
+    for r in backward:
+        x_fwd = "" if r["x_forward"] is None else f"{r['x_forward']:.2f}"
+        print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
+              f"{x_fwd:>6} {r['peak_bytes'] / 2**20:9.1f} {r['max_error']:9.1e} {r['max_relative_error']:9.1e}")
     if notebooks:
         print(f"\nnotebooks: {notebooks['total_seconds']:.1f} s in all, one at a time; "
               f"the nbval suite: {notebooks['nbval_suite_wall_seconds']:.1f} s wall "
               f"({'passed' if notebooks['nbval_suite_passed'] else 'FAILED'})")
     print("\ntargets:")
-    results = targets(rows, notebooks)
+    results = targets(rows, notebooks, backward)
     for name, ok, value in results:
         print(f"  [{'met' if ok else 'MISSED'}] {name}: {value}")
 
     report = {"machine": {"cores": workers(), "numpy": np.__version__, "python": platform.python_version(),
                           "matmul_gflops": mm / 1e9, "exp_per_core_per_second": ex},
-              "H": H, "D": D, "dtype": "float32", "blocks": BLOCKS, "attention": rows, "notebooks": notebooks,
+              "H": H, "D": D, "dtype": "float32", "blocks": BLOCKS, "backward_blocks": BACKWARD_BLOCKS,
+              "attention": rows, "backward": backward, "notebooks": notebooks,
               "targets": [{"target": n, "met": ok, "value": v} for n, ok, v in results]}
     (args.out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(rows, args.out / "bench.png")
+    plot(rows, backward, args.out / "bench.png")
     print(f"\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
     return 0
 

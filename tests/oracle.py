@@ -1,4 +1,5 @@
-"""The reference every test compares with: masked scaled dot-product attention written as plain float64 loops.
+"""The reference every test compares with: masked scaled dot-product attention and its backward pass, written as plain
+float64 loops.
 
 Nothing here is vectorised: explicit Python loops over batch, head, query and key, ``math.exp``, and ``math.fsum`` for
 every sum (correctly rounded, so the oracle's own error is far below float32's). It is slow on purpose and only meant
@@ -82,3 +83,53 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale: float | None =
     if return_weights:
         return out, np.array(weights, dtype=np.float64).reshape(full)
     return out
+
+
+def softmax_backward_row(weights: list[float], dweights: list[float]) -> list[float]:
+    """``dS_k = sum_j dP_j ∂P_j/∂S_k`` for one row, from the Jacobian ``∂P_j/∂S_k = P_j (δ_jk - P_k)`` written out."""
+    n = len(weights)
+    return [math.fsum(dweights[j] * weights[j] * ((1.0 if j == kk else 0.0) - weights[kk]) for j in range(n))
+            for kk in range(n)]
+
+
+def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale: float | None = None):
+    """``(dq, dk, dv)`` of :func:`attention` for the loss ``sum(out * dout)``, by the chain rule, one element at a time.
+
+    ``dv_j = sum_i P_ij dO_i``, ``dP_ij = dO_i · v_j``, ``dS_i = softmax_backward_row(P_i, dP_i)``,
+    ``dq_i = scale sum_j dS_ij k_j`` and ``dk_j = scale sum_i dS_ij q_i``; under grouped-query attention the key/value
+    head ``g`` collects the gradients of every query head ``h`` with ``h // G == g``.
+    """
+    q, k, v, dout = (np.asarray(a, dtype=np.float64) for a in (q, k, v, dout))
+    if q.ndim == 2:
+        res = attention_backward(q[None], k[None], v[None], dout[None], None if mask is None else np.asarray(mask)[None],
+                                 causal=causal, scale=scale)
+        return tuple(r[0] for r in res)
+    _, P = attention(q, k, v, mask, causal=causal, scale=scale, return_weights=True)
+    *batch, H, T, D = q.shape
+    Hkv, S, Dv = k.shape[-3], k.shape[-2], v.shape[-1]
+    G = H // Hkv
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    n = int(np.prod(batch, dtype=np.int64))
+    qs, ks, vs = q.reshape(n, H, T, D).tolist(), k.reshape(n, Hkv, S, D).tolist(), v.reshape(n, Hkv, S, Dv).tolist()
+    dos, ps = dout.reshape(n, H, T, Dv).tolist(), P.reshape(n, H, T, S).tolist()
+    dq = [[[[0.0] * D for _ in range(T)] for _ in range(H)] for _ in range(n)]
+    dk_terms = [[[[[] for _ in range(D)] for _ in range(S)] for _ in range(Hkv)] for _ in range(n)]
+    dv_terms = [[[[[] for _ in range(Dv)] for _ in range(S)] for _ in range(Hkv)] for _ in range(n)]
+    for b in range(n):
+        for h in range(H):
+            g = h // G
+            for i in range(T):
+                p = ps[b][h][i]
+                dp = [math.fsum(dos[b][h][i][e] * vs[b][g][j][e] for e in range(Dv)) for j in range(S)]
+                ds = softmax_backward_row(p, dp)
+                for d in range(D):
+                    dq[b][h][i][d] = scale * math.fsum(ds[j] * ks[b][g][j][d] for j in range(S))
+                for j in range(S):
+                    for d in range(D):
+                        dk_terms[b][g][j][d].append(scale * ds[j] * qs[b][h][i][d])
+                    for e in range(Dv):
+                        dv_terms[b][g][j][e].append(p[j] * dos[b][h][i][e])
+    dk = [[[[math.fsum(t) for t in row] for row in head] for head in bb] for bb in dk_terms]
+    dv = [[[[math.fsum(t) for t in row] for row in head] for head in bb] for bb in dv_terms]
+    return (np.array(dq, dtype=np.float64).reshape(q.shape), np.array(dk, dtype=np.float64).reshape(k.shape),
+            np.array(dv, dtype=np.float64).reshape(v.shape))

@@ -11,13 +11,17 @@ Shape legend, used in every docstring, comment and einsum string of this package
     scores   (..., H, T, S)  before the softmax
     weights  (..., H, T, S)  after it; each row sums to 1, or is all zeros when fully masked
 
+A gradient carries a ``d`` and the shape of what it is the gradient of: ``dout`` (``dO``) is ``(..., H, T, Dv)`` like
+the output, ``dq, dk, dv`` are shaped like ``q, k, v``, ``dweights`` and ``dscores`` like the weights and scores.
+
 Masks are boolean with True = may attend, broadcastable to (..., H, T, S). They become an additive -inf bias in exactly
-one place, :func:`attnlab.softmax`. A row with no allowed key gets zero weights and a zero output, never NaN.
-NaN in the inputs is not hidden: it propagates to the rows it touches.
+one place, :func:`attnlab.softmax`. A row with no allowed key gets zero weights, a zero output and zero gradients,
+never NaN. NaN in the inputs is not hidden: it propagates to the rows it touches.
 """
 
 from ._parallel import limit_threads
 from .attention import attention, repeat_kv
+from .backward import attention_backward, softmax_backward, tiled_attention_backward
 from .cost import (
     GiB,
     attention_flops,
@@ -42,17 +46,33 @@ from .heads import (
     split_heads,
 )
 from .masks import causal_mask, combine_masks, document_mask, padding_mask, position_ids, sliding_window_mask
+from .model import (
+    Adam,
+    Model,
+    attention_layer,
+    attention_layer_backward,
+    copy_task,
+    cross_entropy,
+    generate,
+    init_model,
+    loss_and_grads,
+    model_forward,
+    train,
+)
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .softmax import softmax
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttentionWeights", "GiB", "KVCache", "TiledStats", "attention", "attention_flops", "causal_mask", "causal_pairs",
-    "combine_masks", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask", "format_bytes",
-    "init_weights", "kv_cache_bytes", "limit_threads", "matmul_flops", "merge_heads", "multi_head_attention", "online_softmax",
-    "online_softmax_stats", "padding_mask", "position_ids", "project_qkv", "projection_flops", "repeat_kv",
-    "score_bytes", "sliding_window_mask", "softmax", "split_heads", "tiled_attention",
+    "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledStats", "attention", "attention_backward",
+    "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs", "combine_masks",
+    "copy_task", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask",
+    "format_bytes", "generate", "init_model", "init_weights", "kv_cache_bytes", "limit_threads", "loss_and_grads",
+    "matmul_flops",
+    "merge_heads", "model_forward", "multi_head_attention", "online_softmax", "online_softmax_stats", "padding_mask",
+    "position_ids", "project_qkv", "projection_flops", "repeat_kv", "score_bytes", "sliding_window_mask", "softmax",
+    "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "train",
 ]
 
 

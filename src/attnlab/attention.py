@@ -5,46 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import broadcast_mask, compute_dtype, float_array, positive_int, scale_value
-from ._parallel import run_blocks, workers
-from .masks import causal_mask
+from ._parallel import ROW_BLOCK_ELEMENTS, run_blocks, workers
+from ._qkv import check_qkv, group_mask, group_query_heads, prepare_mask
 from .softmax import softmax_inplace
-
-
-# Scores per block of query rows: 2^18 float32 = 1 MiB, about what a core's L2 cache holds (measured best here).
-ROW_BLOCK_ELEMENTS = 1 << 18
-
-
-def check_qkv(q, k, v):
-    """Validate ``q (..., H, T, D)``, ``k (..., Hkv, S, D)``, ``v (..., Hkv, S, Dv)``; return them as arrays.
-
-    Two-dimensional ``(T, D)`` / ``(S, D)`` inputs are accepted as a single head. Raises ``ValueError`` naming the
-    mismatch (``"k has D=32 but q has D=64"``, ``"H=6 is not a multiple of Hkv=4"``, ...).
-    """
-    q, k, v = float_array(q, "q", min_ndim=2), float_array(k, "k", min_ndim=2), float_array(v, "v", min_ndim=2)
-    if not q.ndim == k.ndim == v.ndim:
-        raise ValueError(f"q, k and v must have the same number of dimensions, got shapes {q.shape}, {k.shape}, {v.shape}")
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k has D={k.shape[-1]} but q has D={q.shape[-1]}")
-    if v.shape[:-1] != k.shape[:-1]:
-        raise ValueError(f"v of shape {v.shape} must match k of shape {k.shape} in all but the last axis (S and Hkv)")
-    if q.ndim >= 3:
-        if q.shape[:-3] != k.shape[:-3]:
-            raise ValueError(f"batch shape of k {k.shape[:-3]} does not match batch shape of q {q.shape[:-3]}")
-        H, Hkv = q.shape[-3], k.shape[-3]
-        if H % Hkv:
-            raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
-    if q.shape[-2] == 0 or k.shape[-2] == 0 or q.shape[-1] == 0:
-        raise ValueError(f"T, S and D must be >= 1, got q {q.shape} and k {k.shape}")
-    return q, k, v
-
-
-def group_query_heads(x: np.ndarray, Hkv: int) -> np.ndarray:
-    """View ``(..., H, T, X)`` as ``(..., Hkv, G, T, X)``: query head ``h`` uses key/value head ``h // G``.
-
-    This is grouped-query attention without copying K and V: K and V get a size-1 group axis and broadcast.
-    """
-    H = x.shape[-3]
-    return x.reshape(*x.shape[:-3], Hkv, H // Hkv, *x.shape[-2:])  # (..., Hkv, G, T, X)
 
 
 def repeat_kv(x, H: int) -> np.ndarray:
@@ -59,18 +22,6 @@ def repeat_kv(x, H: int) -> np.ndarray:
     if H % Hkv:
         raise ValueError(f"H={H} is not a multiple of Hkv={Hkv}")
     return np.repeat(x, H // Hkv, axis=-3)
-
-
-def prepare_mask(mask, causal: bool, q_shape: tuple[int, ...], S: int) -> np.ndarray | None:
-    """Combine a user mask with the causal mask, checked against the full score shape ``(..., H, T, S)``."""
-    T = q_shape[-2]
-    score_shape = (*q_shape[:-1], S)
-    if mask is not None:
-        mask = broadcast_mask(mask, score_shape)
-    if causal:
-        c = causal_mask(T, S)
-        mask = c if mask is None else mask & c
-    return mask
 
 
 def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_weights: bool = False):
@@ -169,10 +120,3 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
         return out, weights.reshape(*q.shape[:-1], S).astype(q.dtype, copy=False)  # (..., H, T, S)
     return out
 
-
-def group_mask(mask: np.ndarray, ndim: int, H: int, Hkv: int) -> np.ndarray:
-    """Reshape a mask broadcastable to ``(..., H, T, S)`` so that it broadcasts to ``(..., Hkv, G, T, S)``."""
-    mask = mask.reshape((1,) * (ndim - mask.ndim) + mask.shape)  # same rank as the scores
-    if mask.shape[-3] == H:
-        return mask.reshape(*mask.shape[:-3], Hkv, H // Hkv, *mask.shape[-2:])  # (..., Hkv, G, T, S)
-    return mask[..., None, :, :]  # (..., 1, 1, T, S)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._checks import compute_dtype, float_array, positive_int, scale_value
 from ._parallel import run_blocks
-from .attention import check_qkv, group_mask, group_query_heads, prepare_mask
+from ._qkv import check_causal_fits, check_qkv, group_mask, group_query_heads, key_blocks, prepare_mask, tile_mask
 from .softmax import mask_inplace
 
 
@@ -79,14 +79,8 @@ class TiledStats:
     score_tile_elements: int
 
 
-def _key_blocks(i0: int, i1: int, S: int, T: int, Bc: int, causal: bool):
-    """Key blocks ``[j0, j1)`` that query rows ``[i0, i1)`` must visit; under a causal mask, none past the diagonal."""
-    last = S if not causal else S - T + i1  # the last query row (absolute position S - T + i1 - 1) sees keys < this
-    return [(j0, min(j0 + Bc, S)) for j0 in range(0, last, Bc)]
-
-
 def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br: int = 256, Bc: int = 1024,
-                    return_stats: bool = False):
+                    return_lse: bool = False, return_stats: bool = False):
     """Exact attention computed tile by tile with the online softmax, never holding more than a ``Br x Bc`` tile of
     scores per head.
 
@@ -99,14 +93,21 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         Rows of queries and columns of keys per tile. Any sizes work, including ones that do not divide ``T`` or ``S``
         and ones larger than them. The defaults make a float32 tile of scores 1 MiB, about what one core's cache
         holds (measured fastest by ``make bench``).
+    return_lse : bool
+        Also return the log-sum-exp of each row, what :func:`attnlab.tiled_attention_backward` needs.
     return_stats : bool
         Also return a :class:`TiledStats` counting the tiles computed and skipped.
 
     Returns
     -------
     out : (..., H, T, Dv) ndarray
+        In the dtype of the inputs (float16 is computed in float32).
+    lse : (..., H, T) ndarray
+        Only with ``return_lse=True``: ``L_i = log sum_j exp(s_ij)`` over the allowed keys ``j`` of row ``i`` (the
+        scores ``s = q kᵀ · scale``), in the compute dtype (float32 for float16 inputs, so that it is not rounded).
+        A row with no allowed key has ``L = -inf`` (the log of an empty sum).
     stats : TiledStats
-        Only with ``return_stats=True``.
+        Only with ``return_stats=True``. With both flags the result is ``(out, lse, stats)``.
 
     Notes
     -----
@@ -120,23 +121,35 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         acc   = exp(m - m_new) · acc + P_ij V_j
         m     = m_new
 
-    and finally ``out_i = acc / l``. Under a causal mask the tiles entirely above the diagonal are skipped; with any
+    and finally ``out_i = acc / l`` and ``L_i = m + log(l)``. Under a causal mask the tiles entirely above the diagonal are skipped; with any
     mask, a tile that is fully masked for every row is skipped too. Rows with no allowed key give zeros. Blocks of
     query rows are independent, so they run on every core (see ``attnlab._parallel``); memory is the output plus one
     tile per core, linear in ``S``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(3, 2, 8, 4))
+    >>> out, lse = tiled_attention(q, k, v, causal=True, Br=3, Bc=3, return_lse=True)
+    >>> out.shape, lse.shape
+    ((2, 8, 4), (2, 8))
+    >>> from attnlab import attention
+    >>> bool(np.allclose(out, attention(q, k, v, causal=True)))
+    True
     """
     q, k, v = check_qkv(q, k, v)
-    if q.ndim == 2:
+    if q.ndim == 2:  # a single head: add the head axis and remove it again
         res = tiled_attention(q[None], k[None], v[None], mask, causal=causal, scale=scale, Br=Br, Bc=Bc,
-                              return_stats=return_stats)
-        return (res[0][0], res[1]) if return_stats else res[0]
+                              return_lse=return_lse, return_stats=return_stats)
+        if not (return_lse or return_stats):
+            return res[0]
+        return (res[0][0], res[1][0], *res[2:]) if return_lse else (res[0][0], res[1])
     Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
     T, D, S, Hkv, H = q.shape[-2], q.shape[-1], k.shape[-2], k.shape[-3], q.shape[-3]
     scale = scale_value(scale, D)
     # the causal part is handled by index arithmetic per tile, so only a user mask is kept (no T x S array is built)
     mask = prepare_mask(mask, False, q.shape, S)
-    if causal and T > S:
-        raise ValueError(f"T={T} queries cannot be the last T positions of S={S} keys; expected T <= S")
+    check_causal_fits(causal, T, S)
     dtype = compute_dtype(q, k, v)
 
     qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
@@ -144,6 +157,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     lead, G = qg.shape[:-3], qg.shape[-3]  # lead = (..., Hkv)
     gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, H, Hkv), (*lead, G, T, S))
     out = np.empty((*lead, G, T, v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
+    lse = np.empty((*lead, G, T, 1), dtype=dtype) if return_lse else None  # (..., Hkv, G, T, 1)
 
     def row_block(idx, i0, i1):
         """Rows i0:i1 of the output of one key/value head (and its G query heads)."""
@@ -153,11 +167,8 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
         acc = np.zeros((G, i1 - i0, v.shape[-1]), dtype=dtype)  # unnormalised output
         tile = np.empty((G, i1 - i0, min(Bc, S)), dtype=dtype)  # the one tile of scores, reused for every key block
-        for j0, j1 in _key_blocks(i0, i1, S, T, Bc, causal):
-            allowed = None if gmask is None else gmask[idx][:, i0:i1, j0:j1]  # (G, Br, Bc)
-            if causal and j1 - 1 > S - T + i0:  # this tile straddles the diagonal
-                diag = np.arange(j0, j1) <= np.arange(S - T + i0, S - T + i1)[:, None]  # (Br, Bc)
-                allowed = diag if allowed is None else allowed & diag
+        for j0, j1 in key_blocks(i0, i1, S, T, Bc, causal):
+            allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
             if allowed is not None and not allowed.any():  # nothing in this tile may be attended
                 continue
             if visited is not None:
@@ -174,8 +185,13 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
             acc *= alpha
             acc += P_ij @ V[j0:j1]  # acc = e^(m - m_new) acc + P_ij V_j
             m = m_new
-        l[l == 0] = 1  # rows with no allowed key: 0 / 1 = 0
+        dead = l == 0  # rows with no allowed key
+        l[dead] = 1  # 0 / 1 = 0
         out[idx][:, i0:i1] = acc / l  # out_i = acc / l
+        if lse is not None:
+            L = lse[idx][:, i0:i1]  # (G, Br, 1)
+            np.add(m, np.log(l), out=L)  # L_i = m + log(l)
+            L[dead] = -np.inf  # the log of an empty sum
 
     blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
     # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
@@ -183,8 +199,9 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     run_blocks(row_block, blocks, q.size // D * S)
 
     out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
-    if not return_stats:
-        return out
-    n_tiles = -(-T // Br) * -(-S // Bc)
-    computed = int(visited.sum())
-    return out, TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))
+    result = (out,) if lse is None else (out, lse.reshape(q.shape[:-1]))  # lse (..., H, T)
+    if return_stats:
+        n_tiles = -(-T // Br) * -(-S // Bc)
+        computed = int(visited.sum())
+        result += (TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S)),)
+    return result if len(result) > 1 else out
