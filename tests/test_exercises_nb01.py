@@ -186,14 +186,17 @@ def test_1_2_passes(capsys):
     assert capsys.readouterr().out == "Exercise 1.2: passed\n"
 
 
-def test_1_2_passes_with_attnlab():
-    """The checker's reference is attnlab.attention on the projected sequences (the grader forbids calling it)."""
+def test_1_2_the_checker_accepts_the_reference_but_not_as_an_answer():
+    """attnlab.attention on the projected sequences is the checker's reference; an answer may not call it."""
     import attnlab
+    from attnlab.exercises import checker
 
     def cross_attnlab(x, y, W_q, W_k, W_v):
         return attnlab.attention(x @ W_q, y @ W_k, y @ W_v, return_weights=True)
 
-    check("1.2", cross_attnlab)
+    checker("1.2")(cross_attnlab)
+    with pytest.raises(ExerciseFailed, match="asks you to write this yourself; attnlab.attention is the reference"):
+        check("1.2", cross_attnlab)
 
 
 @pytest.mark.parametrize("fn, message", [
