@@ -136,77 +136,121 @@ def test_1_1_unattempted(capsys):
     assert capsys.readouterr().out == "Exercise 1.1: not attempted yet\n"
 
 
-# ---------------------------------------------------------------------------------------------- 1.2 attention_single
+# --------------------------------------------------------------------------------------------- 1.2 cross_attention
 
-def attention_ref(q, k, v):
-    d_k = q.shape[-1]
-    scores = q @ k.T / np.sqrt(d_k)
-    weights = softmax_ref(scores)
+def cross_ref(x, y, W_q, W_k, W_v):
+    q, k, v = x @ W_q, y @ W_k, y @ W_v
+    weights = softmax_ref(q @ k.T / np.sqrt(q.shape[-1]))
     return weights @ v, weights
 
 
-def _attention_with(scale=None, softmax=softmax_ref, post=None, out_from="v", order="ow"):
-    def attention_single(q, k, v):
-        s = q @ k.T * (1 / np.sqrt(q.shape[-1]) if scale is None else scale(q, k, v))
+def _cross_with(scale=None, softmax=softmax_ref, post=None, order="ow", q_from="x", kv_from="y", swap_w=False,
+                out_from="v"):
+    """A cross_attention with one chosen mistake."""
+    def cross_attention(x, y, W_q, W_k, W_v):
+        seqs = {"x": x, "y": y}
+        Wq, Wk = (W_k, W_q) if swap_w else (W_q, W_k)
+        q, k, v = seqs[q_from] @ Wq, seqs[kv_from] @ Wk, seqs[kv_from] @ W_v
+        s = q @ k.T * (1 / np.sqrt(q.shape[-1]) if scale is None else scale(x, y, W_q, W_v))
         w = softmax(s)
         if post is not None:
             w = post(w, q)
-        out = w @ (v if out_from == "v" else k)
+        out = w @ {"v": v, "k": k, "y": y}[out_from]
         return (out, w) if order == "ow" else (w, out)
-    return attention_single
+    return cross_attention
 
 
-def attention_naive_softmax(q, k, v):
+def cross_naive_softmax(x, y, W_q, W_k, W_v):
+    q, k, v = x @ W_q, y @ W_k, y @ W_v
     w = softmax_naive(q @ k.T / np.sqrt(q.shape[-1]))
     return w @ v, w
 
 
-def attention_transposed(q, k, v):
-    w = softmax_axis0(k @ q.T / np.sqrt(q.shape[-1]))
+def cross_transposed(x, y, W_q, W_k, W_v):
+    q, k, v = x @ W_q, y @ W_k, y @ W_v
+    w = softmax_axis0(k @ q.T / np.sqrt(q.shape[-1]))  # (S, T)
     return w.T @ v, w
 
 
-def attention_out_only(q, k, v):
-    return attention_ref(q, k, v)[0]
+def cross_out_only(x, y, W_q, W_k, W_v):
+    return cross_ref(x, y, W_q, W_k, W_v)[0]
 
 
-def attention_wrong_output(q, k, v):
-    out, w = attention_ref(q, k, v)
+def cross_wrong_output(x, y, W_q, W_k, W_v):
+    out, w = cross_ref(x, y, W_q, W_k, W_v)
     return out + 0.1, w
 
 
-@pytest.mark.parametrize("fn", [attention_ref, _attention_with()], ids=["reference", "factory"])
-def test_1_2_passes(fn, capsys):
-    check("1.2", fn)
+def test_1_2_passes(capsys):
+    check("1.2", cross_ref)
     assert capsys.readouterr().out == "Exercise 1.2: passed\n"
 
 
+def test_1_2_the_checker_accepts_the_reference_but_not_as_an_answer():
+    """attnlab.attention on the projected sequences is the checker's reference; an answer may not call it."""
+    import attnlab
+    from attnlab.exercises import checker
+
+    def cross_attnlab(x, y, W_q, W_k, W_v):
+        return attnlab.attention(x @ W_q, y @ W_k, y @ W_v, return_weights=True)
+
+    checker("1.2")(cross_attnlab)
+    with pytest.raises(ExerciseFailed, match="asks you to write this yourself; attnlab.attention is the reference"):
+        check("1.2", cross_attnlab)
+
+
 @pytest.mark.parametrize("fn, message", [
-    (_attention_with(scale=lambda q, k, v: 1.0), "you forgot to divide by sqrt(d_k)"),
-    (_attention_with(scale=lambda q, k, v: 1.0 / q.shape[-1]), "divided the scores by d_k = 4 instead of sqrt(d_k)"),
-    (_attention_with(scale=lambda q, k, v: np.sqrt(q.shape[-1])), "you multiplied the scores by sqrt(d_k)"),
-    (_attention_with(scale=lambda q, k, v: 1.0 / np.sqrt(k.shape[0])), "the number of keys S = k.shape[0]"),
-    (_attention_with(scale=lambda q, k, v: 1.0 / np.sqrt(q.shape[0])), "the number of queries T = q.shape[0]"),
-    (_attention_with(scale=lambda q, k, v: 1.0 / np.sqrt(v.shape[-1])), "the value width v.shape[-1]"),
-    (_attention_with(post=lambda w, q: w / np.sqrt(q.shape[-1])), "after the softmax"),
-    (_attention_with(softmax=softmax_unnormalised), "did you subtract the max but forget to normalise?"),
-    (_attention_with(softmax=softmax_axis0), "your columns sum to 1 instead of your rows"),
-    (_attention_with(out_from="k"), "the output mixes the VALUES"),
-    (_attention_with(order="wo"), "you returned (weights, out)"),
-    (attention_naive_softmax, "NaN or inf when the scores are large"),
-    (attention_transposed, "one row per key instead of one row per query"),
-    (attention_out_only, "returned one array"),
-    (attention_wrong_output, "your weights are right but your output is not"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: 1.0), "you forgot to divide by sqrt(d_k)"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: 1.0 / W_q.shape[1]), "divided the scores by d_k = 4 instead of sqrt"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: np.sqrt(W_q.shape[1])), "you multiplied the scores by sqrt(d_k)"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: 1.0 / np.sqrt(x.shape[1])), "d_model = x.shape[-1]"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: 1.0 / np.sqrt(y.shape[0])), "the number of keys S = y.shape[0]"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: 1.0 / np.sqrt(x.shape[0])), "the number of queries T = x.shape[0]"),
+    (_cross_with(scale=lambda x, y, W_q, W_v: 1.0 / np.sqrt(W_v.shape[1])), "the value width W_v.shape[1]"),
+    (_cross_with(post=lambda w, q: w / np.sqrt(q.shape[-1])), "after the softmax"),
+    (_cross_with(softmax=softmax_unnormalised), "did you subtract the max but forget to normalise?"),
+    (_cross_with(softmax=softmax_axis0), "your columns sum to 1 instead of your rows"),
+    (_cross_with(kv_from="x"), "the keys came from x, so x attended to itself"),
+    (_cross_with(q_from="y"), "the queries came from y, so y attended to itself"),
+    (_cross_with(q_from="y", kv_from="x"), "you swapped the two sequences"),
+    (_cross_with(swap_w=True), "you swapped W_q and W_k"),
+    (_cross_with(out_from="k"), "the output mixes the VALUES"),
+    (_cross_with(out_from="y"), "you averaged the rows of y itself"),
+    (_cross_with(order="wo"), "you returned (weights, out)"),
+    (cross_naive_softmax, "NaN or inf when the scores are large"),
+    (cross_transposed, "one row per key instead of one row per query"),
+    (cross_out_only, "returned one array"),
+    (cross_wrong_output, "your weights are right but your output is not"),
 ])
 def test_1_2_diagnoses(fn, message):
     with pytest.raises(ExerciseFailed) as info:
         check("1.2", fn)
     assert message in str(info.value)
+    assert "expected:" in str(info.value) and "got:" in str(info.value)
 
 
 def test_1_2_unattempted(capsys):
     check("1.2", stub)
     assert capsys.readouterr().out == "Exercise 1.2: not attempted yet\n"
+
+
+def test_1_2_draws_its_inputs_from_seeded(monkeypatch):
+    """With a grading secret the inputs change, and the reference still passes (no answer can be precomputed)."""
+    import attnlab.exercises as ex
+    from attnlab.exercises.nb01 import _cross_inputs
+
+    plain = _cross_inputs(12)["x"]
+    monkeypatch.setattr(ex, "_SECRET", 12345)
+    assert not np.allclose(_cross_inputs(12)["x"], plain)
+    check("1.2", cross_ref)
+
+
+def test_forbids():
+    from attnlab.exercises import forbidden
+
+    assert "attnlab.softmax" in forbidden("1.1")
+    assert {"attnlab.attention", "attnlab.softmax"} <= set(forbidden("1.2"))
+    assert forbidden("1.3") == ()
 
 
 # --------------------------------------------------------------------------------------------------- 1.3 steer_query

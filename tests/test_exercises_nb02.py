@@ -10,50 +10,69 @@ from attnlab.exercises import ExerciseFailed, check
 # ---------------------------------------------------------------------------------------------------------- 2.1
 
 
-def causal_ok(T, S):
-    i = np.arange(S - T, S)[:, None]  # (T, 1) absolute query positions
-    j = np.arange(S)[None, :]  # (1, S)
+def causal_ok(T, S, start):
+    i = start + np.arange(T)[:, None]  # (T, 1) positions of the new queries
+    j = np.arange(S)[None, :]  # (1, S) slots of the cache
     return j <= i
 
 
-def causal_inverted(T, S):
-    return ~causal_ok(T, S)
+def causal_inverted(T, S, start):
+    return ~causal_ok(T, S, start)
 
 
-def causal_triu(T, S):
-    return np.triu(np.ones((T, S), dtype=bool), k=S - T)
+def causal_triu(T, S, start):
+    return np.triu(np.ones((T, S), dtype=bool), k=start)
 
 
-def causal_off_by_one(T, S):
-    return np.tril(np.ones((T, S), dtype=bool), k=S - T + 1)
+def causal_off_by_one(T, S, start):
+    return np.tril(np.ones((T, S), dtype=bool), k=start + 1)
 
 
-def causal_no_diagonal(T, S):
-    return np.tril(np.ones((T, S), dtype=bool), k=S - T - 1)
+def causal_no_diagonal(T, S, start):
+    return np.tril(np.ones((T, S), dtype=bool), k=start - 1)
 
 
-def causal_no_offset(T, S):
+def causal_no_start(T, S, start):
     return np.tril(np.ones((T, S), dtype=bool))
 
 
-def causal_int(T, S):
-    return np.tril(np.ones((T, S), dtype=int), k=S - T)
+def causal_at_the_end(T, S, start):
+    return np.tril(np.ones((T, S), dtype=bool), k=S - T)  # what causal_mask(T, S) gives: queries in the last slots
 
 
-def causal_bias(T, S):
-    return np.where(causal_ok(T, S), 0.0, -np.inf)
+def causal_empty_slots_only(T, S, start):
+    return np.broadcast_to(np.arange(S) < start + T, (T, S)).copy()  # hides the empty slots, not the future
 
 
-def causal_transposed(T, S):
-    return causal_ok(T, S).T  # for a square mask this is the upper triangle
+def causal_written_slots_only(T, S, start):
+    return np.tril(np.ones((T, start + T), dtype=bool), k=start)  # no columns for the empty slots
 
 
-def causal_keys_as_rows(T, S):
-    return np.tril(np.ones((S, T), dtype=bool), k=T - S)  # right for T == S, shape (S, T) otherwise
+def causal_int(T, S, start):
+    return np.tril(np.ones((T, S), dtype=int), k=start)
 
 
-def causal_square(T, S):
+def causal_bias(T, S, start):
+    return np.where(causal_ok(T, S, start), 0.0, -np.inf)
+
+
+def causal_transposed(T, S, start):
+    return causal_ok(T, S, start).T  # for a square mask this is the upper triangle
+
+
+def causal_keys_as_rows(T, S, start):
+    return np.tril(np.ones((S, T), dtype=bool), k=-start)  # right for T == S, shape (S, T) otherwise
+
+
+def causal_square(T, S, start):
     return np.tril(np.ones((S, S), dtype=bool))
+
+
+def causal_last_row_wrong(T, S, start):
+    mask = causal_ok(T, S, start)
+    if T > 1:
+        mask[-1, 0] = False
+    return mask
 
 
 def not_attempted(*args):
@@ -76,13 +95,17 @@ def test_not_attempted(exercise_id, capsys):
     (causal_triu, "upper triangle"),
     (causal_off_by_one, "off by one"),
     (causal_no_diagonal, "the diagonal is missing"),
-    (causal_no_offset, "the queries are the LAST 3 positions"),
+    (causal_no_start, "treats them as the first T positions"),
+    (causal_at_the_end, "you placed the queries at the END of the cache"),
+    (causal_empty_slots_only, "you hid the empty slots but not the future"),
+    (causal_written_slots_only, "the empty ones after the queries need columns too"),
     (causal_int, "masks in this course are boolean"),
     (causal_bias, "additive bias"),
     (causal_transposed, "upper triangle"),
     (causal_keys_as_rows, "your mask is transposed"),
-    (causal_square, "keep the last T rows"),
-    (lambda T, S: None, "forget the `return`"),
+    (causal_square, "one row for each new token"),
+    (causal_last_row_wrong, "(the query at position 4) is wrong"),
+    (lambda T, S, start: None, "forget the `return`"),
 ])
 def test_causal_mistakes_are_diagnosed(wrong, diagnosis):
     with pytest.raises(ExerciseFailed, match="hint") as info:
@@ -95,6 +118,22 @@ def test_causal_int_with_right_pattern_says_so():
         check("2.1", causal_int)
     assert "the pattern is right" in str(info.value)
     assert "dtype int64" in str(info.value)
+
+
+def test_causal_first_message_is_the_readme_example():
+    """README.md shows the grader's message for an inverted mask: the checker's first case is still (5, 5, 0)."""
+    with pytest.raises(ExerciseFailed) as info:
+        check("2.1", causal_inverted)
+    assert str(info.value).startswith("my_causal_mask(5, 5, 0) is not the causal mask\n"
+                                      "  expected: [[1 0 0 0 0] [1 1 0 0 0] [1 1 1 0 0] [1 1 1 1 0] [1 1 1 1 1]]")
+
+
+def test_forbids():
+    from attnlab.exercises import forbidden
+
+    assert forbidden("2.1") == ("attnlab.causal_mask", "attnlab.sliding_window_mask")
+    assert {"attnlab.attention", "attnlab.softmax"} <= set(forbidden("2.2"))
+    assert forbidden("2.3") == ()
 
 
 # ---------------------------------------------------------------------------------------------------------- 2.2

@@ -1,11 +1,12 @@
 """Checks for notebook 01, the soft lookup.
 
 1.1  ``stable_softmax(x)``: a softmax over the last axis that survives ``[1000, 999, 0]``.
-1.2  ``attention_single(q, k, v)``: one head of scaled dot-product attention, returning ``(out, weights)``.
+1.2  ``cross_attention(x, y, W_q, W_k, W_v)``: one head of cross-attention from the embeddings, queries from ``x`` and
+     keys and values from ``y``, returning ``(out, weights)``.
 1.3  ``steer_query(keys, target)``: a query that puts at least 99 % of the weight on one chosen key.
 
-Each checker calls the learner's function on fixed inputs and compares with :func:`attnlab.softmax` and
-:func:`attnlab.attention`. When a wrong answer matches a classic mistake (no normalisation, the wrong axis, no max
+Each checker calls the learner's function on inputs drawn from :func:`seeded` (inside the checker, so that grading
+draws them afresh) and compares with :func:`attnlab.softmax` and :func:`attnlab.attention`. When a wrong answer matches a classic mistake (no normalisation, the wrong axis, no max
 subtraction, a missing or wrong scale, ...) the message names that mistake.
 """
 
@@ -134,14 +135,13 @@ _BIG = np.array([1000.0, 999.0, 0.0])
 _MIXED = np.array([[1000.0, 999.0, 0.0],
                    [-1000.0, -1001.0, -1002.0],
                    [0.0, 0.0, 0.0]])  # rows of very different sizes: one global max is not enough
-_CUBE = seeded(101).normal(0.0, 3.0, size=(2, 3, 5))
 
 _KEEPDIMS_HINT = ("without keepdims=True a reduction over axis=-1 of an (n, n) array has shape (n,), which broadcasts "
                   "along the LAST axis, so row j's max or sum is applied to column j: use "
                   "x.max(axis=-1, keepdims=True) and e.sum(axis=-1, keepdims=True), of shape (n, 1)")
 
 
-@exercise("1.1", forbids=('attnlab.softmax',))
+@exercise("1.1", forbids=("attnlab.softmax", "attnlab.online_softmax"))
 def check_stable_softmax(stable_softmax) -> None:
     """``stable_softmax(x)``: softmax over the last axis of any-shaped ``x``, finite for large inputs."""
     x = _SQUARE
@@ -167,7 +167,7 @@ def check_stable_softmax(stable_softmax) -> None:
         fail(f"row {r} of your output differs from the softmax of row {r} of x", _fmt(softmax(x)[r]), _fmt(got[r]),
              "softmax(x)_j = exp(x_j - max(x)) / sum_i exp(x_i - max(x)), row by row")
 
-    x = _CUBE
+    x = seeded(101).normal(0.0, 3.0, size=(2, 3, 5))  # (B, T, S): axis=1 is not the last axis here
     got = _float_array(_call(stable_softmax, {"x": x}), "stable_softmax(x) for x of shape (2, 3, 5)", x.shape)
     if not _close(got, softmax(x)):
         if _close(got, _softmax_raw(x, axis=1)) or _close(got, _softmax_raw(x, axis=-2)):
@@ -205,40 +205,47 @@ def check_stable_softmax(stable_softmax) -> None:
         fail("wrong output for x = [[1000, 999, 0], [-1000, -1001, -1002], [0, 0, 0]]", _fmt(softmax(x)), _fmt(got))
 
 
-# --------------------------------------------------------------------------------------- 1.2 single-head attention
+# ------------------------------------------------------------------------------ 1.2 cross-attention, from the embeddings
 
-_T, _S, _D, _DV = 3, 5, 4, 6  # all different, so that every wrong dimension gives a different scale
-_rng = seeded(12)
-_Q, _K, _V = _rng.normal(size=(_T, _D)), _rng.normal(size=(_S, _D)), _rng.normal(size=(_S, _DV))
+_T, _S, _DM, _D, _DV = 3, 5, 7, 4, 6  # all different, so that every wrong dimension gives a different scale
 
-_D_K_HINT = (f"d_k is the width of the queries and keys, q.shape[-1] (here {_D}); in a multi-head layer it is the "
-             "head width, never d_model or a sequence length")
+_D_K_HINT = (f"d_k is the width of the queries and keys after the projection, W_q.shape[1] = q.shape[-1] (here {_D}); "
+             "not d_model, not a sequence length, not the value width")
+
+
+def _cross_inputs(n: int):
+    """``x (T, d_model)``, ``y (S, d_model)`` and the projections, drawn from ``seeded(n)``."""
+    rng = seeded(n)
+    x, y = rng.normal(size=(_T, _DM)), rng.normal(size=(_S, _DM))
+    W_q, W_k = rng.normal(0.0, 1 / np.sqrt(_DM), size=(2, _DM, _D))  # (d_model, D) each
+    W_v = rng.normal(0.0, 1 / np.sqrt(_DM), size=(_DM, _DV))  # (d_model, Dv)
+    return {"x": x, "y": y, "W_q": W_q, "W_k": W_k, "W_v": W_v}
 
 
 def _scale_mistakes(got: np.ndarray, q, k) -> None:
     """Fail if ``got`` are attention weights with a missing or wrong scale."""
-    T, D = q.shape
-    S = k.shape[0]
     raw = q @ k.T  # (T, S) unscaled scores
-    expected = softmax(raw / np.sqrt(D))
+    expected = softmax(raw / np.sqrt(_D))
     for scale, what, hint in (
         (1.0, "your weights are those of UNSCALED scores: you forgot to divide by sqrt(d_k)",
-         f"scores = q @ k.T / np.sqrt(d_k) with d_k = q.shape[-1]; here sqrt({D}) = {np.sqrt(D):.1f}"),
-        (1.0 / D, f"you divided the scores by d_k = {D} instead of sqrt(d_k) = {np.sqrt(D):.1f}",
+         f"scores = q @ k.T / np.sqrt(d_k) with d_k = q.shape[-1]; here sqrt({_D}) = {np.sqrt(_D):.1f}"),
+        (1.0 / _D, f"you divided the scores by d_k = {_D} instead of sqrt(d_k) = {np.sqrt(_D):.1f}",
          "the dot product of two random d_k-dimensional vectors has standard deviation sqrt(d_k), not d_k: "
          "divide by np.sqrt(d_k)"),
-        (np.sqrt(D), f"you multiplied the scores by sqrt(d_k) = {np.sqrt(D):.1f} instead of dividing by it",
+        (np.sqrt(_D), f"you multiplied the scores by sqrt(d_k) = {np.sqrt(_D):.1f} instead of dividing by it",
          "scores = q @ k.T / np.sqrt(d_k)"),
-        (1.0 / np.sqrt(S), f"you divided by sqrt({S}), the square root of the number of keys S = k.shape[0]",
+        (1.0 / np.sqrt(_DM), f"you divided by sqrt({_DM}), the square root of d_model = x.shape[-1], the width of the "
+         "embeddings", _D_K_HINT),
+        (1.0 / np.sqrt(_S), f"you divided by sqrt({_S}), the square root of the number of keys S = y.shape[0]",
          _D_K_HINT),
-        (1.0 / np.sqrt(T), f"you divided by sqrt({T}), the square root of the number of queries T = q.shape[0]",
+        (1.0 / np.sqrt(_T), f"you divided by sqrt({_T}), the square root of the number of queries T = x.shape[0]",
          _D_K_HINT),
-        (1.0 / np.sqrt(_DV), f"you divided by sqrt({_DV}), the square root of the value width v.shape[-1]",
+        (1.0 / np.sqrt(_DV), f"you divided by sqrt({_DV}), the square root of the value width W_v.shape[1]",
          _D_K_HINT),
     ):
         if _close(got, softmax(raw * scale)):
             fail(what, _fmt(expected[0]) + " (row 0)", _fmt(got[0]), hint)
-    if _close(got, softmax(raw) / np.sqrt(D)) or _close(got, expected / np.sqrt(D)):
+    if _close(got, softmax(raw) / np.sqrt(_D)) or _close(got, expected / np.sqrt(_D)):
         fail(f"your rows sum to {_row_sums(got)[0]:.2f}: you divided the weights by sqrt(d_k) after the softmax",
              _fmt(expected[0]) + " (row 0)", _fmt(got[0]),
              "the scale belongs on the scores, before the softmax: softmax(q @ k.T / np.sqrt(d_k))")
@@ -252,64 +259,91 @@ def _shape(a):
         return None
 
 
-def _check_pair(result, T: int, S: int, Dv: int, D: int):
-    """Unpack ``(out, weights)`` and check their shapes, naming the usual mix-ups."""
+def _check_pair(result, inputs: dict):
+    """Unpack ``(out, weights)`` and check their shapes, naming the usual mix-ups of the two sequences."""
+    T, S, D, Dv, DM = _T, _S, _D, _DV, _DM
+    x, y, W_q, W_k = inputs["x"], inputs["y"], inputs["W_q"], inputs["W_k"]
     if isinstance(result, np.ndarray):
-        fail(f"attention_single returned one array of shape {result.shape}", "a pair (out, weights)",
+        fail(f"cross_attention returned one array of shape {result.shape}", "a pair (out, weights)",
              "a single array", "end the function with `return out, weights`")
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        fail("attention_single must return a pair (out, weights)", "(out, weights)", type(result).__name__,
+        fail("cross_attention must return a pair (out, weights)", "(out, weights)", type(result).__name__,
              "end the function with `return out, weights`")
     out, weights = result
     if _shape(out) == (T, S) and _shape(weights) == (T, Dv):
         fail("you returned (weights, out)", f"out {(T, Dv)} first, then weights {(T, S)}",
              f"{_shape(out)}, then {_shape(weights)}", "return out, weights")
+    if _shape(weights) == (T, T):
+        fail(f"your weights have shape {(T, T)}: the keys came from x, so x attended to itself",
+             f"(T, S) = {(T, S)}: the {T} rows of x against the {S} rows of y", _shape(weights),
+             "in cross-attention the queries come from x and the keys AND values from y: k = y @ W_k, v = y @ W_v")
+    if _shape(weights) == (S, S):
+        fail(f"your weights have shape {(S, S)}: the queries came from y, so y attended to itself",
+             f"(T, S) = {(T, S)}", _shape(weights), "the queries come from x: q = x @ W_q")
     if _shape(weights) == (S, T):
+        swapped = softmax((y @ W_q) @ (x @ W_k).T / np.sqrt(D))  # (S, T): queries from y, keys from x
+        if _close(np.asarray(weights, dtype=float), swapped):
+            fail("you swapped the two sequences: your queries come from y and your keys from x",
+                 f"weights (T, S) = {(T, S)}, one row per row of x", _shape(weights),
+                 "x asks and y answers: q = x @ W_q, k = y @ W_k, v = y @ W_v")
         fail(f"your weights have shape {(S, T)}: one row per key instead of one row per query",
              f"(T, S) = {(T, S)}", _shape(weights), "scores = q @ k.T has shape (T, S); k @ q.T is its transpose")
-    weights = _float_array(weights, f"weights for q {(T, D)}, k {(S, D)}", (T, S))
-    if _shape(out) == (T, D) and D != Dv:
+    weights = _float_array(weights, f"weights for x {(T, DM)}, y {(S, DM)}", (T, S))
+    if _shape(out) == (T, D):
         fail(f"your output has shape {(T, D)}, the width of the keys, not of the values", f"(T, Dv) = {(T, Dv)}",
-             _shape(out), "the output mixes the VALUES: out = weights @ v")
-    out = _float_array(out, f"out for q {(T, D)}, k {(S, D)}, v {(S, Dv)}", (T, Dv))
+             _shape(out), "the output mixes the VALUES: v = y @ W_v, out = weights @ v")
+    if _shape(out) == (T, DM):
+        fail(f"your output has shape {(T, DM)}, the width of the embeddings: you averaged the rows of y itself",
+             f"(T, Dv) = {(T, Dv)}", _shape(out), "project the values first: v = y @ W_v, then out = weights @ v")
+    out = _float_array(out, f"out for x {(T, DM)}, y {(S, DM)}, W_v {(DM, Dv)}", (T, Dv))
     return out, weights
 
 
-@exercise("1.2", forbids=('attnlab.attention', 'attnlab.softmax'))
-def check_attention_single(attention_single) -> None:
-    """``attention_single(q, k, v) -> (out, weights)`` for one head, no mask."""
-    q, k, v = _Q, _K, _V
-    out_ref, w_ref = attention(q, k, v, return_weights=True)
-    result = _call(attention_single, {"q": q, "k": k, "v": v})
-    out, w = _check_pair(result, _T, _S, _DV, _D)
+def _reference(inputs: dict):
+    x, y = inputs["x"], inputs["y"]
+    q, k, v = x @ inputs["W_q"], y @ inputs["W_k"], y @ inputs["W_v"]  # (T, D), (S, D), (S, Dv)
+    out, weights = attention(q, k, v, return_weights=True)  # (T, Dv), (T, S)
+    return q, k, out, weights
+
+
+@exercise("1.2", forbids=("attnlab.attention", "attnlab.softmax", "attnlab.online_softmax", "attnlab.tiled_attention",
+                          "attnlab.multi_head_attention"))
+def check_cross_attention(cross_attention) -> None:
+    """``cross_attention(x, y, W_q, W_k, W_v) -> (out, weights)``: queries from x, keys and values from y."""
+    inputs = _cross_inputs(12)
+    q, k, out_ref, w_ref = _reference(inputs)
+    out, w = _check_pair(_call(cross_attention, inputs), inputs)
     if not np.all(np.isfinite(w)):
         fail("NaN or inf in your weights for small inputs", _fmt(w_ref[0]), _fmt(w[0]),
              "look for a division by zero in your softmax")
     if not _close(w, w_ref):
         _scale_mistakes(w, q, k)
         _normalisation_mistakes(w, q @ k.T / np.sqrt(_D), "weights = e / e.sum(axis=-1, keepdims=True)")
+        if _close(w, softmax((inputs["x"] @ inputs["W_k"]) @ (inputs["y"] @ inputs["W_q"]).T / np.sqrt(_D))):
+            fail("you swapped W_q and W_k: your queries are x @ W_k and your keys y @ W_q", _fmt(w_ref[0]) + " (row 0)",
+                 _fmt(w[0]), "each projection has its own job: q = x @ W_q, k = y @ W_k (scores are not symmetric)")
         r = _first_bad_row(w)
         if not np.isclose(_row_sums(w)[r], 1.0):
             fail(f"row {r} of your weights sums to {_row_sums(w)[r]:.2f}, not 1", "every row sums to 1",
                  f"row sums {_fmt(_row_sums(w))}", "normalise each row: softmax over the last axis")
         fail("your weights differ from softmax(q @ k.T / sqrt(d_k))", _fmt(w_ref[0]) + " (row 0)", _fmt(w[0]),
-             "scores = q @ k.T / np.sqrt(q.shape[-1]); weights = softmax of each row")
+             "q = x @ W_q, k = y @ W_k; scores = q @ k.T / np.sqrt(q.shape[-1]); weights = softmax of each row")
     if not _close(out, out_ref):
         fail("your weights are right but your output is not", _fmt(out_ref[0]) + " (row 0)", _fmt(out[0]),
-             "each output row is the weighted average of the value rows: out = weights @ v")
+             "each output row is the weighted average of the value rows: v = y @ W_v, out = weights @ v")
 
-    q_big = q * 1000.0  # scores in the thousands: exp overflows unless the row max is subtracted
-    out_ref, w_ref = attention(q_big, k, v, return_weights=True)
-    out, w = _check_pair(_call(attention_single, {"q": q_big, "k": k, "v": v}), _T, _S, _DV, _D)
+    # scale x so that the largest score is 1500, whatever the draw: np.exp overflows unless the row max is subtracted
+    big = dict(inputs, x=inputs["x"] * (1500.0 / np.max(q @ k.T / np.sqrt(_D))))
+    _, _, out_ref, w_ref = _reference(big)
+    out, w = _check_pair(_call(cross_attention, big), big)
     if not (np.all(np.isfinite(w)) and np.all(np.isfinite(out))):
         r = int(np.argmax(~np.all(np.isfinite(w), axis=-1) | ~np.all(np.isfinite(out), axis=-1)))
-        fail("NaN or inf when the scores are large (q multiplied by 1000)", _fmt(w_ref[r]) + f" (row {r})", _fmt(w[r]),
+        fail("NaN or inf when the scores are large (x scaled so that the largest score is 1500)", _fmt(w_ref[r]) + f" (row {r})", _fmt(w[r]),
              "np.exp of a score above about 709 overflows to inf: subtract each row's own max "
              "(axis=-1, keepdims=True) before np.exp, as your stable_softmax of exercise 1.1 does. One max for the "
              "whole matrix is not enough: rows far below it underflow to 0 / 0")
     if not (_close(w, w_ref) and _close(out, out_ref)):
-        fail("wrong result when the scores are large (q multiplied by 1000)", _fmt(w_ref[0]) + " (row 0)",
-             _fmt(w[0]))
+        fail("wrong result when the scores are large (x scaled so that the largest score is 1500)", _fmt(w_ref[0]) + " (row 0)", _fmt(w[0]))
 
 
 # ---------------------------------------------------------------------------------------------- 1.3 steer a query
@@ -317,18 +351,15 @@ def check_attention_single(attention_single) -> None:
 _TRAP_KEYS = np.array([[1.0, 0.0, 0.0],
                        [2.0, 0.5, 0.0],
                        [0.0, 0.0, 1.0]])  # key 1 is longer and close in direction to key 0
-_STEER_CASES = (
-    (_TRAP_KEYS, 0),
-    (seeded(7).normal(size=(4, 6)), 2),
-    (seeded(8).normal(size=(5, 5)), 4),
-)
 MIN_WEIGHT = 0.99
 
 
-@exercise("1.3")
+# Nothing in attnlab computes such a query; attnlab.softmax may be used to test one, so nothing is forbidden.
+@exercise("1.3", forbids=())
 def check_steer_query(steer_query) -> None:
     """``steer_query(keys, target) -> q`` with ``softmax(keys @ q / sqrt(D))[target] >= 0.99``."""
-    for keys, target in _STEER_CASES:
+    cases = ((_TRAP_KEYS, 0), (seeded(7).normal(size=(4, 6)), 2), (seeded(8).normal(size=(5, 5)), 4))
+    for keys, target in cases:
         S, D = keys.shape
         q = _call(lambda keys: steer_query(keys, target), {"keys": keys})
         q = _float_array(q, f"your query for keys of shape {(S, D)}", (D,))

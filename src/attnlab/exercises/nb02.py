@@ -1,12 +1,13 @@
 """Checks for notebook 02, masks.
 
-2.1  ``my_causal_mask(T, S)``: the ``(T, S)`` boolean causal mask, True = may attend, queries the last T of S positions.
+2.1  ``my_causal_mask(T, S, start)``: the ``(T, S)`` boolean causal mask, True = may attend, for T queries at positions
+     ``start, ..., start + T - 1`` of a preallocated cache of S slots (the slots after them are empty).
 2.2  ``masked_attention(q, k, v, mask)``: ``q (T, D)``, ``k (S, D)``, ``v (S, Dv)``, ``mask (T, S)`` bool ->
      ``(out (T, Dv), weights (T, S))``, with zeros (not NaN) for rows that may attend to nothing.
 2.3  ``influence_matrix(attend, x)``: which outputs change when each input token is edited; a causal layer's
      influence matrix must lie inside its causal mask.
 
-Each checker calls the learner's function on fixed inputs, compares with ``attnlab``'s reference and, when they differ,
+Each checker calls the learner's function on inputs of its own (random ones drawn from :func:`seeded`), compares with ``attnlab``'s reference and, when they differ,
 tries the classic mistakes one by one so that the message can name the one that was made.
 """
 
@@ -42,29 +43,32 @@ def _call_recording_warnings(fn, *args):
 
 # ---------------------------------------------------------------------------------------------------------- 2.1
 
+# (T, S, start): square first (inverted, off-by-one and diagonal mistakes show there), then the queries as the last T
+# slots (start = S - T: the shift), then caches with empty slots after the queries, then edge cases
+_CACHE_CASES = ((5, 5, 0), (3, 7, 4), (2, 8, 3), (1, 6, 2), (3, 9, 0), (1, 1, 0), (4, 4, 0), (2, 9, 6))
 
-def _grid(T: int, S: int) -> tuple[np.ndarray, np.ndarray]:
-    """Query positions ``i = 0..T-1`` as a column and key positions ``j = 0..S-1`` as a row (no offset)."""
-    return np.arange(T)[:, None], np.arange(S)[None, :]
 
-
-@exercise("2.1", forbids=('attnlab.causal_mask',))
+@exercise("2.1", forbids=("attnlab.causal_mask", "attnlab.sliding_window_mask"))
 def check_my_causal_mask(my_causal_mask) -> None:
-    # square first (inverted, off-by-one and diagonal mistakes show there), then T < S (the offset), then edge cases
-    for T, S in ((5, 5), (3, 7), (1, 6), (1, 1), (4, 4), (2, 9)):
-        call = f"my_causal_mask({T}, {S})"
-        expected = causal_mask(T, S)  # (T, S)
-        got = my_causal_mask(T, S)
+    for T, S, start in _CACHE_CASES:
+        call = f"my_causal_mask({T}, {S}, {start})"
+        i = start + np.arange(T)[:, None]  # (T, 1) positions of the new queries
+        j = np.arange(S)[None, :]  # (1, S) slots of the cache
+        expected = j <= i  # (T, S)
+        got = my_causal_mask(T, S, start)
         if got is None:
             fail(f"{call} returned None", f"a ({T}, {S}) boolean array", "None",
                  "did you forget the `return` statement?")
         got = np.asarray(got)
         if got.shape != expected.shape:
-            hint = "one row per query (T rows) and one column per key (S columns)."
+            hint = "one row per query (T rows) and one column per slot of the cache (S columns)."
             if got.shape == (S, T):
                 hint = "your mask is transposed: rows are the T queries, columns the S keys."
             elif got.shape == (S, S):
-                hint = "the T queries are only the last T of the S positions: keep the last T rows of an (S, S) mask."
+                hint = "there are only T queries: one row for each new token, at positions start, ..., start + T - 1."
+            elif got.shape == (T, start + T):
+                hint = ("your mask covers only the slots written so far (start + T of them); the cache has S slots, "
+                        "and the empty ones after the queries need columns too (all False).")
             fail(f"{call} returned the wrong shape", expected.shape, got.shape, hint)
         if got.dtype != bool:
             values = np.unique(got)
@@ -81,36 +85,42 @@ def check_my_causal_mask(my_causal_mask) -> None:
             fail(f"{call} must return a boolean array (True = may attend)", "dtype bool", f"dtype {got.dtype}", hint)
         if np.array_equal(got, expected):
             continue
-        i, j = _grid(T, S)
-        offset = S - T
         what = f"{call} is not the causal mask"
+        row0 = np.arange(T)[:, None]  # (T, 1) the query's row index, without the start
         if np.array_equal(got, ~expected):
             fail(what, _rows(expected), _rows(got),
                  "your mask is inverted: in this course True means 'may attend' (keys j <= i), and False marks the "
                  "forbidden future. Some libraries and tutorials use True = masked; not this one.")
-        if np.array_equal(got, j >= i + offset):
+        if np.array_equal(got, j >= i):
             fail(what, _rows(expected), _rows(got),
                  "your mask allows the query itself and everything AFTER it (the upper triangle, as np.triu gives): "
                  "that is the future a causal model must not see. True must mark keys j <= i (np.tril).")
-        if np.array_equal(got, j <= i + offset + 1):
+        if np.array_equal(got, j <= i + 1):
             fail(what, _rows(expected), _rows(got),
                  "off by one: query i may also see key i + 1, the very next token (its target in training). "
                  "Allow j <= i, not j <= i + 1 (with np.tril, k=0, not k=1).")
-        if np.array_equal(got, j < i + offset):
+        if np.array_equal(got, j < i):
             fail(what, _rows(expected), _rows(got),
                  "the diagonal is missing: a query may attend to its own position (j == i), so use j <= i, not j < i. "
                  "Without it the first query has no key at all.")
-        if offset and np.array_equal(got, j <= i):
+        if start and np.array_equal(got, j <= row0):
             fail(what, _rows(expected), _rows(got),
-                 f"with T={T} < S={S} the queries are the LAST {T} positions: query i sits at position "
-                 f"S - T + i = {offset} + i, so it may attend to keys j <= i + {offset}. Your mask treats the queries "
-                 "as the first T positions (np.tril(..., k=S - T) gives the shift).")
-        if offset and np.array_equal(got, j <= i + offset - 1):
+                 f"the queries sit at positions start, ..., start + T - 1 = {start}, ..., {start + T - 1}: query i "
+                 f"may attend to keys j <= start + i. Your mask treats them as the first T positions, so they miss "
+                 "the tokens already in the cache.")
+        if start != S - T and np.array_equal(got, j <= row0 + S - T):
             fail(what, _rows(expected), _rows(got),
-                 f"query i sits at position S - T + i = {offset} + i; your shift is one too small.")
+                 f"you placed the queries at the END of the cache (positions S - T + i, as causal_mask(T, S) does), "
+                 f"but they sit at start + i = {start} + i: the slots after position {start + T - 1} are still empty, "
+                 "and your mask lets the queries read them. Use start, not S - T.")
+        if np.array_equal(got, np.broadcast_to(j < start + T, expected.shape)):
+            fail(what, _rows(expected), _rows(got),
+                 "you hid the empty slots but not the future: every new query may also read the new tokens after "
+                 "it. Compare each query's own position with each key's (j <= start + i).")
         row = int(np.flatnonzero((got != expected).any(axis=1))[0])
-        fail(f"{what}: row {row} (query {row}) is wrong", _rows(expected[row:row + 1]), _rows(got[row:row + 1]),
-             "query i of T sits at position S - T + i and may attend to every key j at or before it.")
+        fail(f"{what}: row {row} (the query at position {start + row}) is wrong", _rows(expected[row:row + 1]),
+             _rows(got[row:row + 1]), "query i sits at position start + i and may attend to every key j at or before "
+             "it; the slots after the last query are empty.")
 
 
 # ---------------------------------------------------------------------------------------------------------- 2.2
@@ -129,7 +139,8 @@ def _masked_cases():
     yield "case 2 (large scores, up to about 1100)", 20 * q, 20 * k, v, causal_mask(T, S)
 
 
-@exercise("2.2", forbids=('attnlab.attention', 'attnlab.softmax'))
+@exercise("2.2", forbids=("attnlab.attention", "attnlab.softmax", "attnlab.tiled_attention",
+                          "attnlab.multi_head_attention"))
 def check_masked_attention(masked_attention) -> None:
     for name, q, k, v, mask in _masked_cases():
         T, D = q.shape
@@ -277,7 +288,9 @@ def _layers():
                "a layer without a mask": bidirectional}
 
 
-@exercise("2.3")
+# Nothing in attnlab computes an influence matrix, and the layers under test call attnlab.attention themselves (on the
+# checker's side): nothing is forbidden.
+@exercise("2.3", forbids=())
 def check_influence_matrix(influence_matrix) -> None:
     x, layers = _layers()
     T = x.shape[0]
