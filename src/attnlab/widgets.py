@@ -5,12 +5,13 @@ anything else IPython can display). It degrades gracefully: the displayed bundle
 default state, so a viewer without a widget frontend (GitHub, nbviewer, a plain ``nbconvert``) shows that picture, and
 without ipywidgets installed the explorer shows only the picture, with a note, and no error.
 
-A slider step should feel immediate, and re-plotting a whole figure takes most of a second. So ``draw`` may keep its
+A slider step should feel immediate, and re-plotting a whole figure can take most of a second. So ``draw`` may keep its
 figure: if it has an argument named ``view``, it gets the same namespace on every call, with ``view.fig`` ``None`` the
 first time. It builds the figure and its artists then, keeps them on ``view``, and on later calls only updates them
 (``set_data``, ``set_height``, ``set_text``, ...). The explorer freezes the figure's layout after the first picture
 and redraws only what changed: artists made with ``animated=True`` (whole axes may be animated) are drawn over a
-cached picture of everything else, which is drawn again only when something not animated changed.
+cached picture of everything else, which is drawn again only when something not animated changed. (A ``draw``
+without a view still works: its new figure is drawn once per step, without IPython's second, tight-bbox pass.)
 """
 
 from __future__ import annotations
@@ -230,6 +231,11 @@ def explorer(draw, /, **controls) -> Explorer:
     Controls are ``ipywidgets`` widgets or the abbreviations ``ipywidgets.interact`` understands: ``(min, max, step)``
     for a slider, a list for a dropdown, a bool for a checkbox. A control starts at the default value of the matching
     argument of ``draw``.
+
+    A ``draw`` with an argument named ``view`` keeps its figure between calls (see the module docstring): it gets the
+    same :class:`View` every time, builds ``view.fig`` when it is ``None`` and afterwards only updates the artists;
+    those made with ``animated=True`` are redrawn over a cached picture of the rest, which makes a step several times
+    faster. The static picture (GitHub, nbval) comes from a call with a fresh view, and shows every artist.
 
     Examples
     --------
