@@ -2,9 +2,10 @@
 
 JupyterLab runs from this environment with Galata's test configuration (no token, the Galata helper extension), on a
 copy of the notebooks in a temporary folder so that running them never rewrites the course's stored outputs.
-``ATTNLAB_BROWSER_NOTEBOOKS`` names another notebooks folder to copy instead (e.g. to measure a branch's explorers).
+``ATTNLAB_BROWSER_NOTEBOOKS`` names another notebooks folder to copy instead (e.g. to measure a branch's explorers),
+``ATTNLAB_ARTIFACTS`` another folder for the screenshots and timings.
 
-The explorers' update times (from a control's move to the new picture) are written to
+The explorers' update times (from the release of a control to the new picture) are written to
 ``artifacts/explorer_timings.json`` and summed up at the end of the run, median and max per explorer; they are
 measured, not asserted.
 """
@@ -24,7 +25,7 @@ import urllib.request
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "artifacts"
+ARTIFACTS = pathlib.Path(os.environ.get("ATTNLAB_ARTIFACTS", ROOT / "artifacts"))
 CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SOURCE = pathlib.Path(os.environ.get("ATTNLAB_BROWSER_NOTEBOOKS", ROOT / "notebooks")).resolve()
 NOTEBOOKS = sorted(str(p.relative_to(SOURCE)) for p in SOURCE.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -128,7 +129,7 @@ def timings():
 def pytest_terminal_summary(terminalreporter):
     if not MEASURED:
         return
-    terminalreporter.section("explorer update times (drag to new picture)")
+    terminalreporter.section("explorer update times (release of a control to the new picture)")
     for name, t in sorted(MEASURED.items()):
         terminalreporter.write_line(f"{name}: median {1000 * t['median_seconds']:.0f} ms, "
                                     f"max {1000 * t['max_seconds']:.0f} ms over {len(t['steps_seconds'])} steps "

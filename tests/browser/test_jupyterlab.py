@@ -79,8 +79,8 @@ def _explorer_view(explorer) -> str:
     }""")
 
 
-def _drive(page, explorer) -> str:
-    """Move one control the way a learner would; return what was done."""
+def _drive(page, explorer) -> tuple[str, float]:
+    """Move one control the way a learner would; return what was done and when it was let go (perf_counter)."""
     slider = explorer.locator(".noUi-handle").first
     if slider.count():
         box = slider.bounding_box()
@@ -90,19 +90,20 @@ def _drive(page, explorer) -> str:
         target_x = track["x"] + track["width"] * (0.85 if box["x"] < track["x"] + track["width"] / 2 else 0.15)
         page.mouse.move(target_x, box["y"] + box["height"] / 2, steps=8)
         page.mouse.up()
+        released = time.perf_counter()
         label = explorer.locator(".widget-slider .widget-label").first
-        return f"dragged slider {label.inner_text() if label.count() else ''}".strip()
+        return f"dragged slider {label.inner_text() if label.count() else ''}".strip(), released
     select = explorer.locator("select").first
     if select.count():
         options = select.locator("option").all_inner_texts()
         current = select.input_value()
         choice = next(o for o in options if o != current)
         select.select_option(label=choice)
-        return f"picked {choice!r}"
+        return f"picked {choice!r}", time.perf_counter()
     checkbox = explorer.locator("input[type=checkbox]").first
     if checkbox.count():
         checkbox.click()
-        return "toggled checkbox"
+        return "toggled checkbox", time.perf_counter()
     raise AssertionError("explorer has no slider, dropdown or checkbox to drive")
 
 
@@ -141,13 +142,12 @@ def _check_notebook(page, relpath, state, timings):
         steps = []
         for step in range(STEPS if relpath.startswith(("solutions/", "00_")) else 1):
             before = _explorer_view(explorer)
-            start = time.perf_counter()
-            action = _drive(page, explorer)
+            action, released = _drive(page, explorer)
             page.wait_for_function("([e, before]) => { const out = e.querySelector('.widget-output') || e;"
                                    " const now = Array.from(out.querySelectorAll('img')).map(i => i.src.slice(-200))"
                                    ".join('|') + '#' + out.innerText; return now !== before && !now.startsWith('#'); }",
                                    arg=[explorer.element_handle(), before], timeout=UPDATE_TIMEOUT_MS, polling=20)
-            steps.append(round(time.perf_counter() - start, 3))
+            steps.append(round(time.perf_counter() - released, 3))  # from letting go: a slider acts on release
             _wait_idle(page)  # the next move starts from a quiet kernel
             assert _explorer_view(explorer) != before, f"{relpath}: explorer {n} did not change after: {action}"
             if step == 0:
