@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import sys
 
 import numpy as np
@@ -44,6 +45,34 @@ def test_mask_heatmap(close_figures):
     (image,) = ax.get_images()
     assert np.array_equal(image.get_array(), mask.astype(float))
     assert image.get_cmap().name == "Greens" and len(ax.texts) == 0
+
+
+def test_update_heatmap_follows_a_new_shape(close_figures):
+    ax = plot.heatmap(softmax(np.zeros((3, 3))), title="weights")
+    w = softmax(np.arange(20.0).reshape(4, 5))
+    assert plot.update_heatmap(ax, w, annotate=True) is ax
+    (image,) = ax.get_images()
+    assert np.array_equal(image.get_array(), w) and image.get_extent() == [-0.5, 4.5, 3.5, -0.5]
+    assert ax.get_xlim() == (-0.5, 4.5) and ax.get_ylim() == (3.5, -0.5)
+    assert list(ax.get_xticks()) == [0, 1, 2, 3, 4] and list(ax.get_yticks()) == [0, 1, 2, 3]
+    assert [t.get_text() for t in ax.texts] == [f"{x:.2f}" for x in w.ravel()], "the old annotations are gone"
+    assert ax.get_title() == "weights"
+    plot.update_heatmap(ax, np.zeros((20, 20)))
+    assert len(ax.texts) == 0
+    with pytest.raises(ValueError, match=r"2-D matrix, got shape \(3,\)"):
+        plot.update_heatmap(ax, np.zeros(3))
+    _, bare = close_figures.subplots()
+    with pytest.raises(ValueError, match="axes drawn by heatmap"):
+        plot.update_heatmap(bare, w)
+
+
+def test_layout_names_and_colours():
+    assert [plot.layout_name(32, n) for n in (32, 8, 1)] == ["MHA", "GQA", "MQA"]
+    assert plot.layout_name(1, 1) == "MHA", "one head: its own K and V"
+    assert set(plot.LAYOUT_COLORS) == {"MHA", "GQA", "MQA"} and len(set(plot.LAYOUT_COLORS.values())) == 3
+    for H, Hkv in ((32, 3), (0, 1), (8, 0), (8.0, 2)):
+        with pytest.raises(ValueError, match="Hkv dividing H"):
+            plot.layout_name(H, Hkv)
 
 
 def test_loglog_fits_slopes(close_figures):
@@ -119,6 +148,107 @@ def test_draw_may_return_any_displayable(close_figures):
     ex = explorer(lambda word="hi": f"<{word}>", word=["hi", "ho"])
     bundle = ex._repr_mimebundle_()
     assert WIDGET_MIME in bundle and "image/png" not in bundle
+
+
+# --- explorer that keeps its figure (draw with a view) ---------------------------------------------------------------
+
+
+class LiveDraw:
+    """A ``draw`` that builds its figure on the first call only, counting builds and the figure's full redraws."""
+
+    def __init__(self, plt):
+        self.plt = plt
+        self.builds = 0
+        self.full_draws = 0
+
+    def __call__(self, height=0.5, grid=False, *, view):
+        if view.fig is None:
+            self.builds += 1
+            view.fig, ax = self.plt.subplots(figsize=(3, 2), layout="constrained")
+            (view.bar,) = ax.bar([0], [height], animated=True)
+            view.label = view.fig.suptitle("", animated=True)  # figure-level: a plain savefig would leave it out
+            ax.set_ylim(0, 1)
+            view.fig.draw = self._counting(view.fig.draw)
+            view.ax, view.grid = ax, False
+        view.bar.set_height(height)
+        view.label.set_text(f"height {height:.1f}")
+        if grid != view.grid:  # not animated: a change here needs the whole figure drawn again
+            view.ax.grid(grid)
+            view.grid = grid
+        return view.fig
+
+    def _counting(self, draw):
+        def counted(renderer):
+            self.full_draws += 1
+            return draw(renderer)
+        return counted
+
+
+def _shown_png(ex) -> bytes:
+    return ex._last.data
+
+
+def test_a_live_explorer_builds_once_and_redraws_only_what_is_animated(close_figures):
+    draw = LiveDraw(close_figures)
+    ex = explorer(draw, height=(0.0, 1.0, 0.1), grid=False)
+    assert ex.live and draw.builds == 1 and draw.full_draws == 1
+    first = _shown_png(ex)
+    assert first.startswith(b"\x89PNG")
+    ex.update(height=0.9)
+    ex.update(height=0.2)
+    assert draw.builds == 1 and draw.full_draws == 1, "animated artists only: the cached background is reused"
+    assert _shown_png(ex) != first
+    ex.update(grid=True)
+    assert draw.full_draws == 2, "a change to an artist that is not animated redraws the whole figure"
+    assert close_figures.get_fignums() == [], "the live figure is shown inside the explorer only"
+
+
+def test_a_live_explorer_shows_the_same_picture_as_a_fresh_figure(close_figures):
+    from PIL import Image
+
+    draw = LiveDraw(close_figures)
+    ex = explorer(draw, height=(0.0, 1.0, 0.1))
+    ex.update(height=0.8)
+    stepped = np.asarray(Image.open(io.BytesIO(_shown_png(ex))))
+    fresh = explorer(draw, height=(0.0, 1.0, 0.1))
+    fresh.update(height=0.8)
+    assert np.array_equal(stepped, np.asarray(Image.open(io.BytesIO(_shown_png(fresh))))), \
+        "blitted steps give the picture a full draw gives"
+
+
+def test_the_static_picture_of_a_live_explorer_shows_its_animated_artists(close_figures):
+    from PIL import Image
+
+    def draw(title, *, view):
+        view.fig, ax = close_figures.subplots(figsize=(3, 2))
+        ax.set_axis_off()
+        view.fig.suptitle(title, animated=True, fontsize=20)
+        return view.fig
+
+    pictures = [explorer(draw, title=titles)._repr_mimebundle_()["image/png"] for titles in (["", "W"], ["WWW", ""])]
+    blank, titled = (np.asarray(Image.open(io.BytesIO(base64.b64decode(p))).convert("L")) for p in pictures)
+    assert blank.min() == 255 and titled.min() < 128, "the animated title is drawn in the static picture"
+
+
+def test_a_live_draw_must_return_its_view_figure(close_figures):
+    def draw(n=1, *, view):
+        view.fig = close_figures.figure()
+        return close_figures.figure()
+
+    ex = explorer(draw, n=(1, 3, 1))  # ipywidgets shows the error inside the widget; the explorer raises it:
+    with pytest.raises(ValueError, match="must build view.fig once and return it"):
+        ex._show(n=2)
+
+
+def test_hold_changes_controls_without_redrawing(recorder):
+    ex = explorer(recorder, n=(1, 10, 1), name=["a", "b", "c"])
+    shown = ex._last
+    with ex.hold():
+        ex.update(n=2)
+        ex.update(name="a")
+    assert len(recorder.calls) == 1 and ex._last is shown, "held: the picture stays"
+    ex.update(n=3)
+    assert recorder.calls[-1] == dict(n=3, name="a", flag=True, temperature=1.5)
 
 
 # --- explorer without ipywidgets ------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Figures the notebooks share: heatmaps of weights and masks, and growth on log-log axes.
+"""Figures the notebooks share: heatmaps of weights and masks, growth on log-log axes, and the colours of the
+attention layouts (MHA, GQA, MQA), so that every figure draws a layout in the same colour.
 
 matplotlib is imported inside the functions so that ``import attnlab`` stays numpy-only.
 """
@@ -6,6 +7,21 @@ matplotlib is imported inside the functions so that ``import attnlab`` stays num
 from __future__ import annotations
 
 import numpy as np
+
+LAYOUT_COLORS = {"MHA": "tab:purple", "GQA": "tab:orange", "MQA": "tab:blue"}
+"""One colour per key/value layout: every query head has its own K and V (MHA), groups share them (GQA), all share one
+(MQA)."""
+
+
+def layout_name(H: int, Hkv: int) -> str:
+    """``"MHA"``, ``"GQA"`` or ``"MQA"``: the name of ``Hkv`` key/value heads shared by ``H`` query heads.
+
+    >>> layout_name(32, 32), layout_name(32, 8), layout_name(32, 1)
+    ('MHA', 'GQA', 'MQA')
+    """
+    if not (isinstance(H, (int, np.integer)) and isinstance(Hkv, (int, np.integer))) or H < 1 or Hkv < 1 or H % Hkv:
+        raise ValueError(f"expected positive integers with Hkv dividing H, got H={H!r}, Hkv={Hkv!r}")
+    return "MHA" if Hkv == H else "MQA" if Hkv == 1 else "GQA"
 
 
 def _axes(ax, figsize):
@@ -36,6 +52,13 @@ def heatmap(matrix, *, ax=None, title: str = "", xlabel: str = "key position j",
             setter(range(n), labels)
         elif n <= 16:
             setter(range(n))
+    _annotate(ax, im, m, annotate, fmt)
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, shrink=0.8)
+    return ax
+
+
+def _annotate(ax, im, m, annotate, fmt):
     if annotate is None:
         annotate = max(m.shape) <= 12
     if annotate:
@@ -43,8 +66,34 @@ def heatmap(matrix, *, ax=None, title: str = "", xlabel: str = "key position j",
             r, g, b, _ = im.cmap(im.norm(value))  # the cell's own colour: diverging maps are dark at both ends
             dark = bool(np.isfinite(value)) and 0.299 * r + 0.587 * g + 0.114 * b < 0.5
             ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=8, color="white" if dark else "black")
-    if colorbar:
-        ax.figure.colorbar(im, ax=ax, shrink=0.8)
+
+
+def update_heatmap(ax, matrix, *, annotate: bool | None = None, fmt: str = "{:.2f}"):
+    """Show ``matrix`` on axes drawn by :func:`heatmap` (or :func:`mask_heatmap`), in place: same colours and labels.
+
+    The matrix may have another shape; the limits and ticks follow it. For explorers that keep their figure
+    (``attnlab.widgets``), which is faster than drawing a new heatmap at every step. Returns the axes.
+    """
+    from matplotlib.ticker import AutoLocator
+
+    m = np.asarray(matrix, dtype=float)
+    if m.ndim != 2:
+        raise ValueError(f"update_heatmap needs a 2-D matrix, got shape {m.shape}")
+    if len(ax.get_images()) != 1:
+        raise ValueError(f"update_heatmap needs axes drawn by heatmap (one image), got {len(ax.get_images())} images")
+    (im,) = ax.get_images()
+    T, S = m.shape
+    im.set_data(m)
+    im.set_extent((-0.5, S - 0.5, T - 0.5, -0.5))
+    ax.set(xlim=(-0.5, S - 0.5), ylim=(T - 0.5, -0.5))
+    for axis, n in ((ax.xaxis, S), (ax.yaxis, T)):  # ticks as heatmap chooses them (explicit labels are not kept)
+        if n <= 16:
+            axis.set_ticks(range(n))
+        else:
+            axis.set_major_locator(AutoLocator())
+    for text in list(ax.texts):
+        text.remove()
+    _annotate(ax, im, m, annotate, fmt)
     return ax
 
 

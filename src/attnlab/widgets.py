@@ -4,13 +4,23 @@ An explorer calls ``draw(**values)`` whenever a control changes and shows what i
 anything else IPython can display). It degrades gracefully: the displayed bundle also carries a static picture of the
 default state, so a viewer without a widget frontend (GitHub, nbviewer, a plain ``nbconvert``) shows that picture, and
 without ipywidgets installed the explorer shows only the picture, with a note, and no error.
+
+A slider step should feel immediate, and re-plotting a whole figure can take most of a second. So ``draw`` may keep its
+figure: if it has an argument named ``view``, it gets the same namespace on every call, with ``view.fig`` ``None`` the
+first time. It builds the figure and its artists then, keeps them on ``view``, and on later calls only updates them
+(``set_data``, ``set_height``, ``set_text``, ...). The explorer freezes the figure's layout after the first picture
+and redraws only what changed: artists made with ``animated=True`` (whole axes may be animated) are drawn over a
+cached picture of everything else, which is drawn again only when something not animated changed. (A ``draw``
+without a view still works: its new figure is drawn once per step, without IPython's second, tight-bbox pass.)
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import inspect
 import io
+import types
 
 CSS_CLASS = "attnlab-explorer"
 
@@ -30,6 +40,8 @@ def _static_bundle(result) -> dict:
     if _is_figure(result):
         import matplotlib.pyplot as plt
 
+        for artist in _animated(result):  # a saved figure leaves out animated figure-level artists: show them all
+            artist.set_animated(False)
         png = _figure_png(result)
         plt.close(result)
         return {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": "<attnlab explorer: static view>"}
@@ -37,6 +49,74 @@ def _static_bundle(result) -> dict:
 
     data, _ = format_display_data(result)
     return data
+
+
+class View(types.SimpleNamespace):
+    """What a ``draw`` with a ``view`` argument keeps between calls: ``fig`` (``None`` until the first call builds it)
+    and any artists it wants to change later, as attributes."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"fig": None, **kwargs})
+
+
+def _animated(fig, *, detach: bool = False) -> list:
+    """The figure's animated artists (outermost only: an animated axes draws its own children), in drawing order.
+
+    With ``detach``, a change inside an animated artist (a legend's text, say) stops making the whole figure stale:
+    the animated artist is drawn again at every step anyway.
+    """
+    found = []
+
+    def walk(artist, inside):
+        for child in artist.get_children():
+            if inside and detach:
+                child.stale_callback = None
+            if child.get_animated() and not inside:
+                found.append(child)
+            walk(child, inside or child.get_animated())
+
+    walk(fig, False)
+    return sorted(found, key=lambda a: a.get_zorder())
+
+
+class _LiveCanvas:
+    """Renders a figure that persists between calls: full draws only when something not animated changed."""
+
+    def __init__(self):
+        self.fig = None
+        self.background = None
+        self.animated = []
+
+    def png(self, fig) -> bytes:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        if not isinstance(fig.canvas, FigureCanvasAgg):
+            FigureCanvasAgg(fig)
+        canvas = fig.canvas
+        if fig is not self.fig or fig.stale or self.background is None:
+            canvas.draw()  # everything not animated; the layout engine runs here, once
+            if fig.get_layout_engine() is not None and self.fig is not fig:
+                fig.set_layout_engine("none")  # frozen: later draws keep the first layout
+            self.background = canvas.copy_from_bbox(fig.bbox)
+            self.animated = _animated(fig, detach=True)
+            self.fig = fig
+        else:
+            canvas.restore_region(self.background)
+        renderer = canvas.get_renderer()
+        for artist in self.animated:
+            artist.draw(renderer)
+        fig.stale = False
+        return _rgba_png(canvas.buffer_rgba())
+
+
+def _rgba_png(buffer) -> bytes:
+    """PNG of an RGBA canvas buffer, at the fastest compression (the picture is sent once and replaced soon)."""
+    import numpy as np
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.asarray(buffer)[..., :3]).save(out, format="png", compress_level=1)
+    return out.getvalue()
 
 
 class Explorer:
@@ -49,6 +129,10 @@ class Explorer:
     def __init__(self, draw, controls: dict):
         self.draw = draw
         self.defaults = {}
+        self.live = "view" in inspect.signature(draw).parameters and "view" not in controls
+        self.view = View()  # what a live `draw` keeps between the widget's calls
+        self._canvas = _LiveCanvas()
+        self._held, self._last = False, None
         try:
             import ipywidgets
         except ImportError:
@@ -71,15 +155,37 @@ class Explorer:
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)
 
+    def _call(self, values: dict, view):
+        return self.draw(**values, view=view) if self.live else self.draw(**values)
+
     def _show(self, **values):
-        from IPython.display import display
+        from IPython.display import Image, display
 
-        result = self.draw(**values)
-        display(result)
-        if _is_figure(result):
-            import matplotlib.pyplot as plt
+        if self._held and self._last is not None:
+            display(self._last)  # the picture stays as it is while controls are held
+            return
+        result = self._call(values, self.view)
+        if not _is_figure(result):
+            display(result)
+            return
+        import matplotlib.pyplot as plt
 
-            plt.close(result)  # shown once, inside the explorer; not again at the end of the cell
+        plt.close(result)  # shown inside the explorer only, not again at the end of the cell
+        if self.live and result is not self.view.fig:
+            raise ValueError("a draw with a view must build view.fig once and return it, got another figure")
+        # rendered here rather than by IPython: one draw (no tight-bbox pass), partial when the figure persists
+        canvas = self._canvas if self.live else _LiveCanvas()
+        self._last = Image(data=canvas.png(result), format="png")
+        display(self._last)
+
+    @contextlib.contextmanager
+    def hold(self):
+        """Change controls without redrawing (the picture stays), e.g. to keep one control consistent with another."""
+        self._held = True
+        try:
+            yield self
+        finally:
+            self._held = False
 
     def update(self, **values) -> None:
         """Set controls by name, as a learner moving a slider would."""
@@ -92,7 +198,7 @@ class Explorer:
             controls[name].value = value
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        static = _static_bundle(self.draw(**self.defaults))
+        static = _static_bundle(self._call(self.defaults, View()))  # a figure of its own
         if self.widget is None:
             static["text/plain"] = "(static view: install ipywidgets to make this explorer interactive)"
             return static
@@ -125,6 +231,11 @@ def explorer(draw, /, **controls) -> Explorer:
     Controls are ``ipywidgets`` widgets or the abbreviations ``ipywidgets.interact`` understands: ``(min, max, step)``
     for a slider, a list for a dropdown, a bool for a checkbox. A control starts at the default value of the matching
     argument of ``draw``.
+
+    A ``draw`` with an argument named ``view`` keeps its figure between calls (see the module docstring): it gets the
+    same :class:`View` every time, builds ``view.fig`` when it is ``None`` and afterwards only updates the artists;
+    those made with ``animated=True`` are redrawn over a cached picture of the rest, which makes a step several times
+    faster. The static picture (GitHub, nbval) comes from a call with a fresh view, and shows every artist.
 
     Examples
     --------

@@ -2,6 +2,12 @@
 
 JupyterLab runs from this environment with Galata's test configuration (no token, the Galata helper extension), on a
 copy of the notebooks in a temporary folder so that running them never rewrites the course's stored outputs.
+``ATTNLAB_BROWSER_NOTEBOOKS`` names another notebooks folder to copy instead (e.g. to measure a branch's explorers),
+``ATTNLAB_ARTIFACTS`` another folder for the screenshots and timings.
+
+The explorers' update times (from the release of a control to the new picture) are written to
+``artifacts/explorer_timings.json`` and summed up at the end of the run, median and max per explorer; they are
+measured, not asserted.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ import urllib.request
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "artifacts"
+ARTIFACTS = pathlib.Path(os.environ.get("ATTNLAB_ARTIFACTS", ROOT / "artifacts"))
 CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
-NOTEBOOKS = sorted(str(p.relative_to(ROOT / "notebooks")) for p in (ROOT / "notebooks").rglob("*.ipynb")
-                   if ".ipynb_checkpoints" not in p.parts)
+SOURCE = pathlib.Path(os.environ.get("ATTNLAB_BROWSER_NOTEBOOKS", ROOT / "notebooks")).resolve()
+NOTEBOOKS = sorted(str(p.relative_to(SOURCE)) for p in SOURCE.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+MEASURED: dict[str, dict] = {}  # explorer -> its update times, filled by the tests
 
 SETTINGS = {
     # attach every cell to the page, so that what the test checks is what a learner scrolling down would see
@@ -42,7 +49,7 @@ def _free_port() -> int:
 def lab(tmp_path_factory):
     """Base URL of a JupyterLab server running the course's notebooks (copies) from this environment."""
     work = tmp_path_factory.mktemp("lab")
-    shutil.copytree(ROOT / "notebooks", work / "root", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    shutil.copytree(SOURCE, work / "root", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     for name, value in SETTINGS.items():
         path = work / "settings" / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,9 +119,18 @@ def page(browser):
 @pytest.fixture(scope="session")
 def timings():
     """Explorer update times, written to artifacts/explorer_timings.json when the session ends."""
-    measured: dict[str, dict] = {}
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
-    yield measured
+    yield MEASURED
     path = ARTIFACTS / "explorer_timings.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
-    path.write_text(json.dumps({**previous, **measured}, indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps({**previous, **MEASURED}, indent=2, sort_keys=True) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not MEASURED:
+        return
+    terminalreporter.section("explorer update times (release of a control to the new picture)")
+    for name, t in sorted(MEASURED.items()):
+        terminalreporter.write_line(f"{name}: median {1000 * t['median_seconds']:.0f} ms, "
+                                    f"max {1000 * t['max_seconds']:.0f} ms over {len(t['steps_seconds'])} steps "
+                                    f"({t['action']})")
