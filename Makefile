@@ -43,11 +43,13 @@ check: install
 
 notebooks: install
 	$(BIN)/python -m attnlab.course.colab --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+	$(BIN)/python -m attnlab.course.timing --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
 	$(BIN)/python -m attnlab.course.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
 	$(MAKE) learner
 
 learner: install
 	$(BIN)/python -m attnlab.course.authoring learner notebooks/solutions/*.ipynb
+	$(BIN)/python -m attnlab.course.publish guide
 
 bench: install
 	$(BIN)/python benchmarks/run.py
