@@ -11,8 +11,9 @@ If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on t
 
 The backward pass: `attnlab.attention_backward` (which holds the whole weights) and `attnlab.tiled_attention_backward`
 (which keeps only the log-sum-exp and recomputes each tile): median time, peak memory, the largest error of dq, dk, dv
-against float64, and the tiled backward's time as a multiple of its own forward (`tiled_attention(..., return_lse=True)`),
-the two timed alternately in the same loop so that a busy machine slows both alike. It also times every notebook in a
+against float64, and the tiled backward's time as a multiple of its own forward
+(`tiled_attention(..., return_lse=True)`), the two timed alternately in the same loop so that a busy machine slows both
+alike. It also times every notebook in a
 fresh kernel and the notebook suite under nbval. Results: a table on stdout,
 benchmarks/results/bench.json and benchmarks/results/bench.png.
 """
@@ -255,7 +256,8 @@ def targets(rows, notebooks, backward=()) -> list[tuple[str, bool, str]]:
         out.append(("tiled backward <= 3x its forward at S=4096 (FlashAttention-2: about 2.5x)",
                     tiled_b["x_forward"] <= 3, f"{tiled_b['x_forward']:.2f}x"))
     if tiled_b and plain_b:
-        out.append(("tiled backward no slower than attention_backward at S=4096", tiled_b["seconds"] <= plain_b["seconds"],
+        out.append(("tiled backward no slower than attention_backward at S=4096",
+                    tiled_b["seconds"] <= plain_b["seconds"],
                     f"{tiled_b['seconds']:.3f} s vs {plain_b['seconds']:.3f} s"))
         out.append(("tiled backward peak memory <= 1/16 of attention_backward's",
                     tiled_b["peak_bytes"] * 16 <= plain_b["peak_bytes"],

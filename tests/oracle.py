@@ -101,8 +101,8 @@ def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale:
     """
     q, k, v, dout = (np.asarray(a, dtype=np.float64) for a in (q, k, v, dout))
     if q.ndim == 2:
-        res = attention_backward(q[None], k[None], v[None], dout[None], None if mask is None else np.asarray(mask)[None],
-                                 causal=causal, scale=scale)
+        mask = None if mask is None else np.asarray(mask)[None]
+        res = attention_backward(q[None], k[None], v[None], dout[None], mask, causal=causal, scale=scale)
         return tuple(r[0] for r in res)
     _, P = attention(q, k, v, mask, causal=causal, scale=scale, return_weights=True)
     *batch, H, T, D = q.shape

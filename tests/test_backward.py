@@ -98,10 +98,11 @@ def test_softmax_backward_keeps_dtype(dtype, rng):
     P = softmax(x)
     got = softmax_backward(P.astype(dtype), dP.astype(dtype))
     assert got.dtype == dtype
-    np.testing.assert_allclose(got.astype(np.float64), softmax_backward(P, dP), atol=2e-3 if dtype == np.float16 else 1e-6)
+    np.testing.assert_allclose(got.astype(np.float64), softmax_backward(P, dP),
+                               atol=2e-3 if dtype == np.float16 else 1e-6)
 
 
-# --- attention_backward ------------------------------------------------------------------------------------------------
+# --- attention_backward ----------------------------------------------------------------------------------------------
 
 # (batch, H, Hkv, T, S, D, Dv): odd sizes, T != S, MHA / GQA / MQA, leading batch axes, Dv != D
 SIZES = [
@@ -147,7 +148,8 @@ def test_attention_backward_matches_finite_differences(batch, H, Hkv, T, S, D, D
         assert_close_relative(got, finite_differences(f, x), what=name)
 
 
-@pytest.mark.parametrize("kind", ["padding (a sequence of length 0)", "document", "document+padding", "random per head"])
+@pytest.mark.parametrize("kind", ["padding (a sequence of length 0)", "document", "document+padding",
+                                  "random per head"])
 @pytest.mark.parametrize("H, Hkv, T, S, causal", [(2, 2, 4, 6, False), (4, 2, 3, 5, True), (3, 1, 5, 4, False)])
 def test_attention_backward_under_masks_with_dead_rows_matches_finite_differences(kind, H, Hkv, T, S, causal):
     q, k, v = make_qkv(batch=(2,), H=H, Hkv=Hkv, T=T, S=S, D=3, seed=H + T + S)
@@ -323,8 +325,9 @@ def count_computed_tiles(monkeypatch, *args, **kwargs):
     return len(calls)
 
 
-@pytest.mark.parametrize("T, S, Br, Bc, kind", [(16, 16, 4, 4, "causal"), (9, 20, 2, 3, "causal"), (13, 13, 3, 5, "document"),
-                                                (12, 12, 4, 4, "document+padding"), (8, 8, 2, 2, "none")])
+@pytest.mark.parametrize("T, S, Br, Bc, kind", [(16, 16, 4, 4, "causal"), (9, 20, 2, 3, "causal"),
+                                                (13, 13, 3, 5, "document"), (12, 12, 4, 4, "document+padding"),
+                                                (8, 8, 2, 2, "none")])
 def test_tiled_backward_skips_the_tiles_the_forward_skips(monkeypatch, T, S, Br, Bc, kind):
     q, k, v = make_qkv(H=1, T=T, S=S, D=2, seed=S)
     mask, causal = make_mask(kind, 1, 1, T, S, seed=3)

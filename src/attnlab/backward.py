@@ -78,7 +78,8 @@ def softmax_backward(weights, dweights, axis: int = -1) -> np.ndarray:
     if dP.shape != P.shape:
         raise ValueError(f"dweights must have the shape of weights {P.shape}, got {dP.shape}")
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or not -P.ndim <= axis < P.ndim:
-        raise ValueError(f"axis must be an integer in [-{P.ndim}, {P.ndim}) for weights of shape {P.shape}, got {axis!r}")
+        raise ValueError(
+            f"axis must be an integer in [-{P.ndim}, {P.ndim}) for weights of shape {P.shape}, got {axis!r}")
     dtype = compute_dtype(P, dP)
     dS = np.moveaxis(dP.astype(dtype, copy=True), axis, -1)  # a copy, turned into dS in place
     softmax_backward_inplace(np.moveaxis(P, axis, -1).astype(dtype, copy=False), dS)
@@ -183,7 +184,8 @@ def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=
         dv[idx] += dV
     dq *= dtype.type(scale)  # dQ = dS K · scale
     dk *= dtype.type(scale)  # dK = dSᵀ Q · scale
-    return dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False), dv.astype(v.dtype, copy=False)
+    return (dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False),
+            dv.astype(v.dtype, copy=False))
 
 
 def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool = False, scale=None,
@@ -324,4 +326,5 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
         for idx, dQ in partial:  # in task order: a fixed order of additions
             dq[idx] += dQ
     dq *= dtype.type(scale)  # dQ = dS K · scale
-    return dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False), dv.astype(v.dtype, copy=False)
+    return (dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False),
+            dv.astype(v.dtype, copy=False))

@@ -121,10 +121,10 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         acc   = exp(m - m_new) · acc + P_ij V_j
         m     = m_new
 
-    and finally ``out_i = acc / l`` and ``L_i = m + log(l)``. Under a causal mask the tiles entirely above the diagonal are skipped; with any
-    mask, a tile that is fully masked for every row is skipped too. Rows with no allowed key give zeros. Blocks of
-    query rows are independent, so they run on every core (see ``attnlab._parallel``); memory is the output plus one
-    tile per core, linear in ``S``.
+    and finally ``out_i = acc / l`` and ``L_i = m + log(l)``. Under a causal mask the tiles entirely above the
+    diagonal are skipped; with any mask, a tile that is fully masked for every row is skipped too. Rows with no allowed
+    key give zeros. Blocks of query rows are independent, so they run on every core (see ``attnlab._parallel``);
+    memory is the output plus one tile per core, linear in ``S``.
 
     Examples
     --------
