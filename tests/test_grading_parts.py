@@ -72,7 +72,7 @@ def test_tripwires_see_calls_of_the_reference_even_through_a_saved_alias():
 
 
 def test_self_check_fails_an_answer_that_calls_the_reference(capsys):
-    def my_causal_mask(T, S):
+    def my_causal_mask(T, S, start):
         return attnlab.causal_mask(T, S)
 
     with pytest.raises(ExerciseFailed, match="asks you to write this yourself; attnlab.causal_mask is the reference"):
@@ -117,38 +117,38 @@ def _judge_against(answer, exercise_id="2.1", timeout=10.0):
 
 
 def test_the_judge_passes_a_right_answer_and_tells_the_kernel_the_token():
-    verdict, told = _judge_against(lambda T, S: np.arange(S)[None, :] <= np.arange(S - T, S)[:, None])
+    verdict, told = _judge_against(lambda T, S, start: np.arange(S)[None, :] <= start + np.arange(T)[:, None])
     assert verdict.status == "passed" and told == {"op": "verdict", "kind": "passed",
                                                    "text": "Exercise 2.1: passed [TOKEN]"}
 
 
 def test_the_judge_names_the_mistake_and_sees_prints_and_reference_calls():
-    verdict, _ = _judge_against(lambda T, S: np.arange(S)[None, :] > np.arange(S - T, S)[:, None])
+    verdict, _ = _judge_against(lambda T, S, start: np.arange(S)[None, :] > start + np.arange(T)[:, None])
     assert verdict.status == "failed" and "inverted" in verdict.message
 
-    def noisy(T, S):
+    def noisy(T, S, start):
         print("debug")
-        return np.arange(S)[None, :] <= np.arange(S - T, S)[:, None]
+        return np.arange(S)[None, :] <= start + np.arange(T)[:, None]
 
     verdict, _ = _judge_against(noisy)
     assert verdict.status == "failed" and "printed or warned" in verdict.message and "debug" in verdict.message
-    verdict, _ = _judge_against(lambda T, S: attnlab.causal_mask(T, S))
+    verdict, _ = _judge_against(lambda T, S, start: attnlab.causal_mask(T, S))
     assert verdict.status == "failed" and "attnlab.causal_mask is the reference" in verdict.message
 
 
 def test_the_judge_reports_exceptions_not_attempted_and_deadlines():
-    def stub(T, S):
+    def stub(T, S, start):
         raise NotImplementedError
 
     assert _judge_against(stub)[0].status == "not attempted"
 
-    def broken(T, S):
+    def broken(T, S, start):
         raise KeyboardInterrupt
 
     verdict, _ = _judge_against(broken)
     assert verdict.status == "error" and verdict.message.startswith("KeyboardInterrupt")
 
-    def slow(T, S):
+    def slow(T, S, start):
         import time
         time.sleep(3)
 
@@ -157,7 +157,7 @@ def test_the_judge_reports_exceptions_not_attempted_and_deadlines():
 
 
 def test_the_judge_refuses_objects_a_learner_returns():
-    verdict, _ = _judge_against(lambda T, S: object())
+    verdict, _ = _judge_against(lambda T, S, start: object())
     assert verdict.status == "failed" and "which a check cannot read" in verdict.message
 
 
