@@ -128,7 +128,7 @@ def test_7_3_mistakes_are_diagnosed(mistake, hint):
         check("7.3", lambda z, y: cross_entropy_backward(z, y, mistake=mistake))
 
 
-def test_7_2_inputs_are_not_modified_by_the_check():
+def test_7_2_an_answer_that_edits_its_inputs_fails_and_cannot_corrupt_the_reference():
     seen = []
 
     def spy(q, k, v, dout, mask):
@@ -136,5 +136,6 @@ def test_7_2_inputs_are_not_modified_by_the_check():
         q += 1.0  # an answer that edits its inputs must not corrupt the reference
         return attention_backward(q - 1.0, k, v, dout, mask)
 
-    check("7.2", spy)
+    with pytest.raises(ExerciseFailed, match="changed its argument number 1 in place"):
+        check("7.2", spy)
     assert seen[0] is None and seen[1][1].sum() == 0

@@ -285,9 +285,9 @@ def test_single_notebook_exit_status_is_0_only_when_every_exercise_passed(tmp_pa
         1: [runner.Result("9.1", "passed"), runner.Result("9.2", "not attempted")],
     }
     for expected_status, results in outcomes.items():
-        monkeypatch.setattr(runner, "grade", lambda *a, r=results: runner.Report(path, "09_tiny", r))
+        monkeypatch.setattr(runner, "grade", lambda *a, r=results, **k: runner.Report(path, "09_tiny", r))
         assert cli.main([str(path), "--solutions", str(tmp_path)]) == expected_status
-    monkeypatch.setattr(runner, "grade", lambda *a: runner.Report(path, problem="not a notebook (bad JSON)"))
+    monkeypatch.setattr(runner, "grade", lambda *a, **k: runner.Report(path, problem="not a notebook (bad JSON)"))
     assert cli.main([str(path), "--solutions", str(tmp_path)]) == 2
     assert "cannot grade: not a notebook" in capsys.readouterr().out
 

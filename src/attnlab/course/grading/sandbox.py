@@ -113,6 +113,15 @@ def python_paths() -> list[str]:
              str(Path(attnlab.__file__).resolve().parent)}
     executable = Path(sys.executable)
     paths.add(str(executable.resolve().parent.parent))  # where the venv's python symlink really points
+    for folder in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+        # packages linked into the environment from elsewhere (a venv made of symlinks)
+        try:
+            entries = list(Path(folder).iterdir()) if Path(folder).is_dir() else []
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink() and entry.exists():
+                paths.add(str(entry.resolve().parent))
     # drop paths inside another one
     kept = sorted(p for p in paths if Path(p).exists())
     return [p for p in kept if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in kept)]

@@ -183,7 +183,8 @@ def _site_notebook(item: CourseNotebook):
     for cell in nb.cells:
         cells.append(cell)
         if cell.cell_type == "markdown":
-            cell.source = fold_details(cell.source)
+            # a link to another notebook of the course goes to its page
+            cell.source = re.sub(r"\]\((?:\.\./)?(\d\d_\w+)\.ipynb(#[^)]*)?\)", r"](\1.html\2)", fold_details(cell.source))
         if cell.cell_type == "code":
             cell.source = NBVAL.sub("", cell.source).strip("\n")
             if explorer_controls(cell.source):
@@ -233,6 +234,7 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
 
     readme = (Path(root) / "README.md").read_text(encoding="utf-8")
     intro = readme.split("\n## ")[0].split("\n", 1)[1].split("\n|")[0].strip()
+    intro = "\n".join(line for line in intro.splitlines() if not line.startswith("[![")).strip()  # no badges offline
     body = (_nav(pages, None, None, "top") + "\n<h1>Attention from Scratch</h1>\n" + markdown2html_mistune(intro)
             + "\n<h2>The course</h2>\n" + _course_map(readme, dict(pages))
             + "\n<p>Each page shows a notebook with its stored outputs, the reference solutions included; download "
