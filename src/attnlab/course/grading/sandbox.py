@@ -113,7 +113,9 @@ def python_paths() -> list[str]:
              str(Path(attnlab.__file__).resolve().parent)}
     executable = Path(sys.executable)
     paths.add(str(executable.resolve().parent.parent))  # where the venv's python symlink really points
-    for folder in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+    prefix = Path(sys.prefix).resolve()
+    inside = {p for p in sys.path if p and Path(p).resolve().is_relative_to(prefix)}  # .pth folders of the venv too
+    for folder in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *inside}:
         # packages linked into the environment from elsewhere (a venv made of symlinks)
         try:
             entries = list(Path(folder).iterdir()) if Path(folder).is_dir() else []
@@ -139,7 +141,8 @@ def bwrap_args(config: Config, sources: dict[str, str] | None = None) -> list[st
     sources = sources or {}
     limits = config.limits
     args = [bwrap_path() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox", *_system_binds()]
+            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox", *_system_binds(),
+            "--size", str(limits.tmp_size), "--tmpfs", "/tmp"]  # first: read-only folders may live under /tmp
     for path in config.read_only:
         args += ["--ro-bind", sources.get(path, path), path]
     for path in config.hidden:
@@ -147,7 +150,6 @@ def bwrap_args(config: Config, sources: dict[str, str] | None = None) -> list[st
             args += ["--tmpfs", path, "--remount-ro", path]
     args += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.tmp_size), "--tmpfs", "/dev/shm",
-             "--size", str(limits.tmp_size), "--tmpfs", "/tmp",
              "--size", str(limits.tmp_size), "--tmpfs", HOME,
              "--bind", sources.get(config.runtime, config.runtime), config.runtime,
              "--chdir", HOME, "--clearenv"]
@@ -217,12 +219,12 @@ def launch(config: Config, command: list[str]) -> None:
     if os.geteuid() == 0 and config.uid is not None:
         sources = stage_for_uid(config)
         uid = config.uid
+    args = bwrap_args(config, sources) + ["--", *command]  # while the grader's own paths can still be seen
     _set_limits(config.limits, uid)
     if uid != os.getuid():
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    args = bwrap_args(config, sources) + ["--", *command]
     os.execv(args[0], args)
 
 
