@@ -88,6 +88,8 @@ def _sandboxed_kernel_starter(grading: dict):
         km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
                                     transport="ipc", ip=str(runtime / "k"),
                                     connection_file=str(runtime / "kernel.json"))
+        # interrupt by message: the kernel signals itself, inside its own session and PID namespace
+        km.kernel_spec.interrupt_mode = "message"
         km.start_kernel(**kwargs)
         _state["km"] = km
         kc = km.client()
@@ -162,11 +164,17 @@ def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
     from ...exercises import _wire
 
     grading, listener = _state["grading"], _state["listener"]
-    listener.settimeout(timeout + grading.get("connect_slack", 10.0))
-    try:
-        conn, _ = listener.accept()
-    except OSError:
-        return  # the kernel's check never called: the check cell failed before it, or check was replaced
+    give_up = time.monotonic() + timeout + grading.get("connect_slack", 10.0)
+    listener.settimeout(0.1)
+    while True:  # until the kernel's check connects, or the check cell ends without it
+        try:
+            conn, _ = listener.accept()
+            break
+        except socket.timeout:
+            if result["done"].is_set() or time.monotonic() > give_up:
+                return  # the kernel's check never called: the check cell failed before it, or check was replaced
+        except OSError:
+            return
     with conn:
         try:
             conn.settimeout(timeout)
@@ -182,8 +190,19 @@ def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
         result["verdict"] = verdict
         _write({"kind": "verdict", "exercise": exercise_id, "status": verdict.status, "message": verdict.message})
         trusted.tell_kernel(conn, verdict, grading["tokens"][exercise_id])
-    if verdict.status == "timed out" and not result["done"].wait(timeout=8):
-        _kill_kernel()  # nbval's interrupt did not end the cell (SIGINT ignored?): stop the kernel, the run goes on
+    if verdict.status == "timed out":
+        _interrupt_kernel()
+        if not result["done"].wait(timeout=5):
+            _kill_kernel()  # the interrupt did not end the cell (SIGINT ignored?): stop the kernel; the run goes on
+
+
+def _interrupt_kernel() -> None:
+    km = _state.get("km")
+    if km is not None:
+        try:
+            km.interrupt_kernel()
+        except Exception:  # the kernel is gone already: nothing to interrupt
+            pass
 
 
 def _kill_kernel() -> None:
