@@ -77,7 +77,9 @@ def _sandboxed_kernel_starter(grading: dict):
     class SandboxedKernelManager(KernelManager):
         def format_kernel_cmd(self, extra_arguments=None):
             command = super().format_kernel_cmd(extra_arguments)
-            return [sys.executable, "-m", "attnlab.course.grading.sandbox", grading["sandbox_config"], "--", *command]
+            # the launcher runs as a plain script (-I -S: no site, no attnlab import): it needs only the stdlib
+            return [sys.executable, "-I", "-S", str(Path(__file__).with_name("sandbox.py")), grading["sandbox_config"],
+                    "--", *command]
 
         def write_connection_file(self, **kwargs):
             super().write_connection_file(**kwargs)
