@@ -183,6 +183,11 @@ def check_kv_cache_size(kv_cache_size) -> None:
         dict(S=4096, layers=3, H=4, Hkv=1, D=16, dtype="fp8"),
         dict(S=100, layers=5, H=6, Hkv=3, D=10, dtype="fp16"),
     ]
+    rng = seeded(42)  # and one drawn per grading, so that no table of answers works
+    H = int(rng.choice([8, 16, 32]))
+    cases.append(dict(S=int(rng.integers(100, 10_000)), layers=int(rng.integers(1, 41)), H=H,
+                      Hkv=H // int(rng.choice([1, 2, 4, 8])), D=int(rng.choice([64, 128])),
+                      dtype=str(rng.choice(["bf16", "fp16", "fp32", "fp8"]))))
     expected, got = [], []
     for c in cases:
         e = kv_cache_bytes(c["S"], layers=c["layers"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])

@@ -23,7 +23,7 @@ import numbers
 
 import numpy as np
 
-from . import exercise, fail
+from . import exercise, fail, seeded
 
 _COST_FUNCTIONS = ("attnlab.attention_flops", "attnlab.projection_flops", "attnlab.matmul_flops",
                    "attnlab.crossover_length", "attnlab.score_bytes", "attnlab.kv_cache_bytes",
@@ -116,6 +116,8 @@ _CROSS_ATTENTION_MISTAKES = {
 @exercise("5.1", forbids=_COST_FUNCTIONS)
 def check_cross_attention_flops(cross_attention_flops) -> None:
     cases = [(1, 4096, 512), (77, 1024, 768), (300, 50, 256), (512, 512, 64)]  # (T, S, d_model); the last is T == S
+    rng = seeded(51)  # and one drawn per grading, so that no table of answers works
+    cases.append((int(rng.integers(2, 400)), int(rng.integers(401, 5000)), 64 * int(rng.integers(2, 17))))
     got_proj, got_attn = [], []
     for c in cases:
         call = f"cross_attention_flops{c}"
@@ -182,6 +184,8 @@ _CONTEXT_MISTAKES = {
 def check_longest_context(longest_context) -> None:
     # (memory_bytes, H, bytes_per_element): an 80 GB accelerator, an exact fit (4 GiB is 8,192 tokens exactly), ...
     cases = [(80e9, 32, 2), (4 * 2**30, 32, 2), (24 * 2**30, 12, 4), (123_456_789, 7, 2), (10**9, 40, 1)]
+    rng = seeded(52)  # and one drawn per grading
+    cases.append((int(rng.integers(10**8, 10**11)), int(rng.integers(1, 64)), int(rng.choice([1, 2, 4]))))
     got, expected = [], []
     for c in cases:
         e = math.isqrt(int(c[0] // (c[1] * c[2])))
@@ -258,6 +262,10 @@ _BLOCK_MISTAKES = {
 def check_block_crossover(block_crossover) -> None:
     cases = [(4096, 32, 32, 0, False), (4096, 32, 32, 16384, False), (4096, 32, 8, 14336, True),
              (768, 12, 12, 3072, True), (2048, 16, 1, 5632, False), (1024, 16, 4, 0, True)]
+    rng = seeded(53)  # and one drawn per grading
+    H = int(rng.choice([8, 16, 32]))
+    cases.append((64 * H, H, H // int(rng.choice([1, 2, 4, 8])), int(rng.choice([0, 4 * 64 * H])),
+                  bool(rng.integers(2))))
     got, expected = [], []
     for c in cases:
         d, H, Hkv, d_ff, causal = c
@@ -319,6 +327,10 @@ _BATCHED_MISTAKES = {
 def check_batched_decode_intensity(batched_decode_intensity) -> None:
     cases = [(1, 4096, 4096, 32, 32, 2), (64, 4096, 4096, 32, 8, 2), (256, 512, 2048, 16, 16, 2),
              (16, 32768, 4096, 32, 1, 1), (8, 1000, 1024, 8, 2, 4)]  # (B, S, d_model, H, Hkv, bytes_per_element)
+    rng = seeded(54)  # and one drawn per grading
+    H = int(rng.choice([8, 16, 32]))
+    cases.append((int(rng.integers(1, 129)), int(rng.integers(256, 32769)), 128 * H, H, H // int(rng.choice([1, 2, 8])),
+                  int(rng.choice([1, 2, 4]))))
     got, expected = [], []
     for c in cases:
         e = _batched(c)
