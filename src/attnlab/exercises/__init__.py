@@ -112,3 +112,16 @@ def fail(what: str, expected, got, hint: str = "") -> None:
     if hint:
         message += f"\n  hint: {hint}"
     raise ExerciseFailed(message)
+
+
+def float_array(got, what: str, shape: tuple, hint: str = "") -> np.ndarray:
+    """``got`` as a float ndarray of ``shape``, or fail saying what is wrong with it (None, not numbers, a shape)."""
+    if got is None:
+        fail(f"{what} returned None", f"an array of shape {shape}", "None", "did you forget the `return`?")
+    try:
+        arr = np.asarray(got, dtype=float)
+    except (TypeError, ValueError):
+        fail(f"{what} did not return numbers", f"an array of shape {shape}", type(got).__name__)
+    if arr.shape != shape:
+        fail(f"{what} has the wrong shape", f"shape {shape}", f"shape {arr.shape}", hint)
+    return arr

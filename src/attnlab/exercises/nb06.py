@@ -22,7 +22,7 @@ import numpy as np
 
 from ..attention import attention
 from ..masks import causal_mask
-from . import exercise, fail, seeded
+from . import exercise, fail, float_array, seeded
 
 _PI = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0])  # the max grows 3 times; 9 is not a multiple of 2
 
@@ -49,18 +49,6 @@ def _quiet(fn, *args, arithmetic_hint: str = ""):
         except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
             fail(f"your function raised {type(exc).__name__}: {exc}", "a finite result", type(exc).__name__,
                  arithmetic_hint)
-
-
-def _as_float_array(got, what: str, shape: tuple, shape_hint: str = "") -> np.ndarray:
-    if got is None:
-        fail(f"{what} returned None", f"an array of shape {shape}", "None", "did you forget the `return`?")
-    try:
-        arr = np.asarray(got, dtype=float)
-    except (TypeError, ValueError):
-        fail(f"{what} did not return numbers", f"an array of shape {shape}", type(got).__name__)
-    if arr.shape != shape:
-        fail(f"{what} has the wrong shape", f"shape {shape}", f"shape {arr.shape}", shape_hint)
-    return arr
 
 
 def _shift(m):
@@ -105,7 +93,7 @@ def _check_lse(fn, x, block_size, where: str):
                   (S,): f"the rows are the R = {R} queries: read the COLUMNS in blocks (x[:, start:start + "
                         "block_size]) and take max and sum along axis=1, keeping one m and one l per row"}.get(
         np.shape(got) if got is not None else None, "return one number per row of x")
-    got = _as_float_array(got, call, (R,), shape_hint)
+    got = float_array(got, call, (R,), shape_hint)
     if _close(got, expected):
         return
     variants = [
@@ -208,7 +196,7 @@ def check_causal_tiled_attention(causal_tiled_attention) -> None:
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             fail(f"{call} must return two things", "a tuple (out, tiles_computed)", type(got).__name__,
                  "end with `return out, tiles_computed`")
-        out = _as_float_array(got[0], f"{call}: out", (T, 3), "one row per query, one column per value feature")
+        out = float_array(got[0], f"{call}: out", (T, 3), "one row per query, one column per value feature")
         expected = attention(q, k, v, causal_mask(T, S))  # the queries are the last T of S positions
         needed = _causal_variant(q, k, v, Br, Bc)[1]  # tiles with at least one allowed (query, key) pair
         if not _close(out, expected):
@@ -256,8 +244,8 @@ def _unpack_state(got, what: str, Br: int, Dv: int):
         fail(f"{what} must return three arrays", "a tuple (m, l, acc)", type(got).__name__,
              "end with `return m_new, l_new, acc_new`")
     keep = "keep the row axis as a column: use keepdims=True in max and sum, so that it broadcasts against (Br, Bc)"
-    return (_as_float_array(got[0], f"{what}: m", (Br, 1), keep), _as_float_array(got[1], f"{what}: l", (Br, 1), keep),
-            _as_float_array(got[2], f"{what}: acc", (Br, Dv), "acc has one row per query and one column per value "
+    return (float_array(got[0], f"{what}: m", (Br, 1), keep), float_array(got[1], f"{what}: l", (Br, 1), keep),
+            float_array(got[2], f"{what}: acc", (Br, Dv), "acc has one row per query and one column per value "
                             "feature: P_ij @ V_j is (Br, Bc) @ (Bc, Dv)"))
 
 

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 from ..softmax import softmax
-from . import exercise, fail, seeded
+from . import exercise, fail, float_array, seeded
 
 
 def _fmt(a) -> str:
@@ -30,18 +30,6 @@ def _quiet(fn, *args):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return fn(*(a.copy() if isinstance(a, np.ndarray) else a for a in args))
-
-
-def _array(got, what: str, shape: tuple, hint: str = "") -> np.ndarray:
-    if got is None:
-        fail(f"{what} returned None", f"an array of shape {shape}", "None", "did you forget the `return`?")
-    try:
-        arr = np.asarray(got, dtype=float)
-    except (TypeError, ValueError):
-        fail(f"{what} did not return numbers", f"an array of shape {shape}", type(got).__name__)
-    if arr.shape != shape:
-        fail(f"{what} has the wrong shape", f"shape {shape}", f"shape {arr.shape}", hint)
-    return arr
 
 
 def _close(a, b) -> bool:
@@ -76,7 +64,7 @@ def check_softmax_backward(softmax_backward) -> None:
     """``softmax_backward(weights, dweights)`` must return ``P ∘ (dP − rowsum(P ∘ dP))`` row by row."""
     P, dP = _softmax_inputs()
     call = "softmax_backward(P, dP) for P, dP of shape (4, 5)"
-    got = _array(_quiet(softmax_backward, P, dP), call, P.shape,
+    got = float_array(_quiet(softmax_backward, P, dP), call, P.shape,
                  "dscores has the shape of the scores: one gradient per weight")
     expected = P * (dP - (P * dP).sum(-1, keepdims=True))
     if _close(got, expected):
@@ -86,7 +74,7 @@ def check_softmax_backward(softmax_backward) -> None:
         except ValueError as error:  # numpy's AxisError is a ValueError: axis=1 of a 1-D array
             fail("softmax_backward(P[0], dP[0]) for one row of shape (5,) raised an error (a batch works)",
                  "an array of shape (5,)", f"{type(error).__name__}: {error}", one_hint)
-        one = _array(one, "softmax_backward(P[0], dP[0]) for one row (5,)", (5,), one_hint)
+        one = float_array(one, "softmax_backward(P[0], dP[0]) for one row (5,)", (5,), one_hint)
         if not _close(one, expected[0]):
             fail("softmax_backward is right for a batch but not for one row of shape (5,)", _fmt(expected[0]),
                  _fmt(one), "sum over axis=-1 with keepdims=True, not over axis=1")
@@ -173,7 +161,7 @@ def check_attention_backward(attention_backward) -> None:
                 elif name == "dk" and np.shape(g) == q.shape:
                     hint = "dk = dSᵀ q · scale: transpose dS, so that each key collects the gradient of every query"
                 fail(f"{call}: {name} has the wrong shape", shapes[name], np.shape(g), hint)
-            arrays[name] = _array(g, f"{call}: {name}", shapes[name])
+            arrays[name] = float_array(g, f"{call}: {name}", shapes[name])
         for name in ("dv", "dq", "dk"):
             g, e = arrays[name], ref[name]
             if _close(g, e):
@@ -230,7 +218,7 @@ def check_cross_entropy_backward(cross_entropy_backward) -> None:
     logits[2] += 800.0  # large logits: exp overflows unless the row max is subtracted
     targets = rng.integers(0, V, size=N)
     call = f"cross_entropy_backward(logits, targets) for logits of shape {(N, V)}"
-    got = _array(_quiet(cross_entropy_backward, logits, targets), call, (N, V),
+    got = float_array(_quiet(cross_entropy_backward, logits, targets), call, (N, V),
                  "one gradient per logit: shape (N, V)")
     p = softmax(logits)
     onehot = np.eye(V)[targets]

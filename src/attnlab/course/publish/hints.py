@@ -4,8 +4,8 @@ A checker (``@exercise("N.k")`` in ``attnlab/exercises/nbNN.py``) names a mistak
 ``fail(what, expected, got, hint)`` call. The hint is a string, an f-string, a name assigned a string in the same
 function (``hint = "..."`` in each branch), a module constant, or a call whose string arguments are the hint (e.g.
 ``_hint(found, "fallback")``); module-level dicts whose keys are mistakes (``_CACHE_MISTAKES``) name mistakes too.
-The search follows the module's own helper functions that the checker calls. An f-string's placeholders are shown
-as their variable's name (``{offset}``) or as ``…`` for an expression.
+The search follows the helper functions that the checker calls, the module's own and the package's shared ones.
+An f-string's placeholders are shown as their variable's name (``{offset}``) or as ``…`` for an expression.
 """
 
 from __future__ import annotations
@@ -81,7 +81,10 @@ def _clean(text: str) -> str:
 def module_hints(path: Path) -> dict[str, list[str]]:
     """``{exercise id: [hint, ...]}`` for the checkers of one ``nbNN.py``, in source order, without repeats."""
     tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    shared = Path(path).with_name("__init__.py")  # helpers every checker module shares, e.g. float_array
+    shared_tree = ast.parse(shared.read_text(encoding="utf-8")) if shared.exists() else ast.Module(body=[])
+    functions = {n.name: n for body in (shared_tree.body, tree.body) for n in body if isinstance(n, ast.FunctionDef)
+                 and n.name != "fail"}
     constants = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
                  for t in n.targets if isinstance(t, ast.Name)}
     mistake_dicts = {name: value for name, value in constants.items() if isinstance(value, ast.Dict)
