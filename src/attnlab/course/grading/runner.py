@@ -47,7 +47,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox
-from .trusted import defined_names
+from .trusted import defined_names, printed_message
 from ..authoring import (
     Exercise,
     FormatError,
@@ -412,9 +412,7 @@ def _cell_result(ex_id: str, rec: dict, timeout: float, in_check: bool) -> Resul
         extra = (stdout.replace(passed_line(ex_id), "") + stderr).strip()
         if passed_line(ex_id) in stdout or not_attempted_line(ex_id) in stdout:
             verdict = "the answer is right" if passed_line(ex_id) in stdout else "the function is not written yet"
-            return Result(ex_id, "failed", f"{verdict}, but your function printed or warned while it was checked; "
-                                           f"a check must print only {passed_line(ex_id).strip()!r}. It printed:\n"
-                                           f"{extra}")
+            return Result(ex_id, "failed", printed_message(ex_id, extra, verdict))
         return Result(ex_id, "failed", f"the check printed {stdout.strip()!r} instead of "
                                        f"{passed_line(ex_id).strip()!r}")
     return Result(ex_id, "error", rec["message"].strip().splitlines()[0] if rec["message"].strip() else "failed")
@@ -434,8 +432,7 @@ def _trusted_result(ex_id: str, verdict: dict, check_rec: dict | None, timeout: 
                       if not line.startswith(f"Exercise {ex_id}: passed [")).strip()
     if check_rec.get("timed_out"):
         return Result(ex_id, "timed out", f"your function did not return within {timeout:g} s")
-    return Result(ex_id, "failed", "the answer is right, but your function printed or warned while it was checked; "
-                                   f"a check must print only {passed_line(ex_id).strip()!r}. It printed:\n{extra}")
+    return Result(ex_id, "failed", printed_message(ex_id, extra))
 
 
 _NO_VERDICT = ("the check never reached the grader: did your code redefine `check`, change attnlab.exercises, or "

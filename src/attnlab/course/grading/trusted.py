@@ -278,10 +278,14 @@ def judge(exercise_id: str, conn, timeout: float, source: str = "", own_names: s
         return Verdict(exercise_id, "failed", mutated_message(answer.mutated[0]))
     noise = "".join(answer.printed) + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
     if noise.strip():
-        return Verdict(exercise_id, "failed", "the answer is right, but your function printed or warned while it "
-                                              "was checked; a check must print only "
-                                              f"'Exercise {exercise_id}: passed'. It printed:\n{noise.strip()}")
+        return Verdict(exercise_id, "failed", printed_message(exercise_id, noise))
     return Verdict(exercise_id, "passed")
+
+
+def printed_message(exercise_id: str, printed: str, verdict: str = "the answer is right") -> str:
+    """The failure of a check during which the learner's function printed or warned."""
+    return (f"{verdict}, but your function printed or warned while it was checked; a check must print only "
+            f"'Exercise {exercise_id}: passed'. It printed:\n{printed.strip()}")
 
 
 def tell_kernel(conn, verdict: Verdict, token: str) -> None:
