@@ -25,6 +25,7 @@ watched reference functions it called.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -163,6 +164,7 @@ MAX_ITEMS = 1_000  # entries in any one list field
 # --- generated encoding -------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls) -> dict:
     return typing.get_type_hints(cls, globalns=globals())
 

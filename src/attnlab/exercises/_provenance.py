@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
-import inspect
 import pkgutil
+from pathlib import Path
 
 import attnlab
 
@@ -47,19 +46,25 @@ _CHECK_MACHINERY = frozenset({"_agent", "_wire", "_protocol", "_judge", "_proven
 # --- the answering code, from the library's call graph ---------------------------------------------------------------
 
 
-def _library_modules() -> list[str]:
-    names = ["attnlab"]
-    for info in pkgutil.iter_modules(attnlab.__path__, "attnlab."):
-        if not info.name.startswith(_LIBRARY_SKIP):
-            names.append(info.name)
-    return names
+@functools.lru_cache(maxsize=1)
+def _library_files() -> dict[str, Path]:
+    """The library's modules and their source files (read, never imported: a self-check stays fast)."""
+    root = Path(attnlab.__file__).parent
+    files = {"attnlab": root / "__init__.py"}
+    for info in pkgutil.iter_modules([str(root)], "attnlab."):
+        if not info.name.startswith(_LIBRARY_SKIP) and not info.ispkg:
+            files[info.name] = root / f"{info.name.split('.')[-1]}.py"
+    return files
+
+
+def _library_modules() -> dict[str, Path]:
+    return _library_files()
 
 
 def _module_tree(name: str):
     try:
-        module = importlib.import_module(name)
-        return ast.parse(inspect.getsource(module))
-    except (ImportError, OSError, TypeError, SyntaxError):
+        return ast.parse(_library_files()[name].read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
         return None
 
 
@@ -144,8 +149,7 @@ def answering_code(forbids: tuple[str, ...]) -> dict[str, str]:
                 changed = True
     named = {}
     for module, name in sorted(answer):
-        exported = getattr(attnlab, name, None)
-        is_export = exported is not None and getattr(importlib.import_module(module), name, None) is exported
+        is_export = canonical(("attnlab", name)) == (module, name)  # what ``import attnlab`` offers by this name
         named[name] = f"attnlab.{name}" if is_export else f"{module}.{name}"
     return named
 
