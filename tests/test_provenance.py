@@ -88,7 +88,8 @@ def test_private_and_unlisted_helpers_fail_even_with_the_tripwires_switched_off(
     assert verdict.status == "failed" and f"{dotted} is the reference" in verdict.message, verdict
 
 
-def test_a_cell_that_switches_the_tripwires_off_fails_and_so_does_a_reference_reached_by_a_computed_name():
+def test_a_cell_that_switches_the_tripwires_off_fails_and_so_does_a_reference_reached_by_a_computed_name(monkeypatch):
+    monkeypatch.setattr(_agent.Tripwires, "watching", _agent.Tripwires.watching)  # restored after the cell's edit
     switch_off = ("import attnlab.exercises._agent as agent\nimport contextlib\n"
                   "agent.Tripwires.watching = lambda self: contextlib.nullcontext()\n"
                   "def my_causal_mask(T, S, start):\n"

@@ -38,7 +38,7 @@ _DYNAMIC_ATTRS = frozenset({"__dict__", "__code__", "__globals__", "__closure__"
                             "__func__", "__getattribute__", "__subclasses__", "__loader__", "__spec__", "modules",
                             "f_globals", "f_locals", "f_back", "gi_frame", "__reduce__", "__reduce_ex__"})
 _DYNAMIC_MODULES = frozenset({"importlib", "ctypes", "pickle", "marshal", "gc", "inspect", "dill", "cloudpickle",
-                              "runpy", "code", "codeop", "types", "copyreg", "shelve", "builtins", "sys"})
+                              "runpy", "code", "codeop", "copyreg", "shelve", "builtins"})
 _CHECK_MACHINERY = frozenset({"_agent", "_wire", "_protocol", "_judge", "_provenance", "Tripwires", "LocalAnswer",
                               "execute_call", "_REGISTRY", "_FORBIDS", "_SECRET", "_load_all"})
 
@@ -181,10 +181,17 @@ def _loaded(node) -> set[str]:
 
 
 def _changes_shared_state(node) -> bool:
-    """An assignment to an attribute or item (``f.__defaults__ = ...``, ``table[0] = ...``), or a deletion."""
-    for sub in ast.walk(node):
+    """An assignment to an attribute or item (``f.__defaults__ = ...``, ``table[0] = ...``), or a deletion, made when
+    the statement runs (not in the body of a function it defines, which counts only if the function is reachable)."""
+    pending = [node]
+    while pending:
+        sub = pending.pop()
         if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
             return True
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(sub.decorator_list if not isinstance(sub, ast.Lambda) else [])
+            continue
+        pending.extend(ast.iter_child_nodes(sub))
     return False
 
 
@@ -317,5 +324,6 @@ def message(exercise_id: str, finding: tuple[str, str]) -> str:
     if kind == "machinery":
         return (f"your exercise cell reaches into the checks' own code ({what}); exercise {exercise_id} is judged "
                 "outside your kernel, so this can only make the check fail. Remove it.")
-    return (f"your exercise cell uses {what}, a way of reaching code that the grader cannot follow, so it cannot tell "
-            f"whether you wrote exercise {exercise_id} yourself. Write it with plain names and numpy.")
+    return (f"exercise {exercise_id} asks you to write this yourself, and your exercise cell uses {what}, a way of "
+            "reaching code that the grader cannot follow, so it cannot tell whether you did. Write it with plain "
+            "names and numpy.")
