@@ -35,7 +35,9 @@ def exercise(exercise_id: str, forbids: tuple[str, ...] = ()):
     """Register the decorated function as the checker of ``exercise_id`` (e.g. ``"2.1"``).
 
     ``forbids`` names the ``attnlab`` functions that the exercise asks the learner to write themselves (e.g.
-    ``("attnlab.causal_mask",)``): an answer that calls one of them fails, with a message naming it.
+    ``("attnlab.causal_mask",)``). What an answer may not use is derived from them (:func:`answering_code`: every
+    function of the modules that implement them, private ones included, and everything in ``attnlab`` that uses
+    those): an answer that uses any of it fails, with a message naming it.
     """
 
     def register(checker: Callable) -> Callable:
