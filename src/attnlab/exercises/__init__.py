@@ -35,7 +35,9 @@ def exercise(exercise_id: str, forbids: tuple[str, ...] = ()):
     """Register the decorated function as the checker of ``exercise_id`` (e.g. ``"2.1"``).
 
     ``forbids`` names the ``attnlab`` functions that the exercise asks the learner to write themselves (e.g.
-    ``("attnlab.causal_mask",)``): an answer that calls one of them fails, with a message naming it.
+    ``("attnlab.causal_mask",)``). What an answer may not use is derived from them (:func:`answering_code`: every
+    function of the modules that implement them, private ones included, and everything in ``attnlab`` that uses
+    those): an answer that uses any of it fails, with a message naming it.
     """
 
     def register(checker: Callable) -> Callable:
@@ -55,9 +57,17 @@ def seeded(seed: int) -> np.random.Generator:
 
 
 def forbidden(exercise_id: str) -> tuple[str, ...]:
-    """The ``attnlab`` functions exercise ``exercise_id`` asks the learner to write themselves."""
+    """The ``attnlab`` functions exercise ``exercise_id`` names as the ones the learner writes themselves."""
     _load_all()
     return _FORBIDS.get(exercise_id, ())
+
+
+def answering_code(exercise_id: str) -> dict[str, str]:
+    """Every ``attnlab`` function or class, public or private, that computes the answer of ``exercise_id``, derived
+    from :func:`forbidden` and the library's call graph (see :mod:`._provenance`): short name -> dotted name."""
+    from . import _provenance
+
+    return _provenance.answering_code(forbidden(exercise_id))
 
 
 def _load_all() -> None:
@@ -78,7 +88,7 @@ def check(exercise_id: str, answer) -> None:
     When ``attnlab-check`` grades the notebook, the checker runs in the grader's own process instead, and this
     function only serves it the calls of ``answer`` (see :mod:`attnlab.exercises._agent`).
     """
-    from . import _agent
+    from . import _agent, _judge, _protocol, _provenance
 
     _load_all()
     if exercise_id not in _REGISTRY:
@@ -87,15 +97,26 @@ def check(exercise_id: str, answer) -> None:
     if address:
         _agent.serve(exercise_id, answer, address)
         return
-    local = _agent.LocalAnswer(exercise_id, answer, _FORBIDS[exercise_id])
-    try:
-        _REGISTRY[exercise_id](local)
-    except NotImplementedError:
-        print(f"Exercise {exercise_id}: not attempted yet")
+    finding = _provenance.scan(_cell_source(answer), getattr(answer, "__name__", None), _FORBIDS[exercise_id])
+    if finding is not None:
+        _protocol.show(_protocol.Verdict(exercise_id, "failed", _provenance.message(exercise_id, finding)))
         return
-    if local.mutated:
-        raise ExerciseFailed(_agent.mutated_message(local.mutated[0]))
-    print(f"Exercise {exercise_id}: passed")
+    local = _agent.LocalAnswer(exercise_id, answer, sorted(set(answering_code(exercise_id).values())))
+    verdict, learner_exception = _judge.judge(exercise_id, local)
+    _protocol.show(verdict, learner_exception=learner_exception)
+
+
+def _cell_source(answer) -> list[str]:
+    """The source of the notebook cell that defined ``answer`` (kept by IPython), or nothing for a function of a file
+    (a test, a module): the grader reads the exercise cells themselves."""
+    import linecache
+    import os
+
+    filename = getattr(getattr(answer, "__code__", None), "co_filename", "")
+    if not filename or os.path.exists(filename) and not os.path.basename(os.path.dirname(filename)).startswith(
+            "ipykernel_"):
+        return []
+    return ["".join(linecache.getlines(filename))]
 
 
 def checker(exercise_id: str) -> Callable:

@@ -161,7 +161,7 @@ def check_masked_attention(masked_attention) -> None:
         if result is None:
             fail(f"masked_attention returned None {setup}", "(out, weights)", "None",
                  "did you forget the `return` statement?")
-        if not isinstance(result, tuple) or len(result) != 2:
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
             fail(f"masked_attention must return a pair (out, weights) {setup}", "(out, weights)",
                  f"{type(result).__name__}", "end with `return out, weights`.")
         out, w = (np.asarray(r) for r in result)
