@@ -144,8 +144,16 @@ def _std_variants(d_k: int, var_q: float, var_k: float, rho: float) -> list[tupl
 
 # ------------------------------------------------------------------------------------- 3.2 the softmax Jacobian
 
-_JACOBIAN_SCORES = np.array([2.0, 0.5, -1.0, 1.0, 0.0])
-_JACOBIAN_BATCH = np.array([[0.3, -1.2, 2.0, 0.1], [5.0, 0.0, 0.0, -5.0], [1.0, 1.0, 1.0, 1.0]])
+def _jacobian_inputs() -> tuple[np.ndarray, np.ndarray]:
+    """Scores of one row ``(S,)`` and of a batch ``(T, S')``, sizes and values drawn from :func:`seeded` (so that no
+    table of answers works); the batch has a spread-out row, a sharp one and a uniform one."""
+    rng = seeded(32)
+    row = np.round(rng.normal(0.0, 1.5, size=int(rng.integers(4, 8))), 2)  # (S,)
+    T, S = int(rng.integers(3, 5)), int(rng.integers(3, 7))
+    batch = np.round(rng.normal(0.0, 1.0, size=(T, S)), 2)  # (T, S)
+    batch[1] *= 5.0  # a sharp row: one weight near 1
+    batch[2] = float(np.round(rng.normal(), 2))  # a uniform row: every weight 1/S
+    return row, batch
 
 
 def _jacobian(p: np.ndarray) -> np.ndarray:
@@ -155,19 +163,20 @@ def _jacobian(p: np.ndarray) -> np.ndarray:
 @exercise("3.2", forbids=())  # nothing in attnlab returns a Jacobian
 def check_softmax_jacobian(softmax_jacobian) -> None:
     """``softmax_jacobian(p)`` must return ``diag(p) - p pᵀ`` for one row ``(S,)`` and for a batch ``(..., S)``."""
-    p = softmax(_JACOBIAN_SCORES)  # (5,)
+    scores, batch = _jacobian_inputs()
+    p = softmax(scores)  # (S,)
     S = p.size
-    got = _array(softmax_jacobian(p.copy()), "softmax_jacobian(p) for p of shape (5,)", (S, S))
+    got = _array(softmax_jacobian(p.copy()), f"softmax_jacobian(p) for p of shape {p.shape}", (S, S))
     if got.shape != (S, S):
-        fail("softmax_jacobian(p) has the wrong shape for one row p of shape (5,)", (S, S), got.shape,
+        fail(f"softmax_jacobian(p) has the wrong shape for one row p of shape {p.shape}", (S, S), got.shape,
              hint="J has one row per weight p_i and one column per score s_j: shape (S, S)")
     expected = _jacobian(p)
     if not np.allclose(got, expected, rtol=1e-6, atol=1e-9):
         _diagnose_jacobian(p, got, expected)
 
-    P = softmax(_JACOBIAN_BATCH)  # (3, 4): three rows of weights
+    P = softmax(batch)  # (T, S): T rows of weights
     T, S = P.shape
-    call = "softmax_jacobian(p) for a batch p of shape (3, 4)"
+    call = f"softmax_jacobian(p) for a batch p of shape {P.shape}"
     batch_hint = ("one (S, S) Jacobian per row: np.diag and np.outer only work on 1-D arrays (np.diag of a 2-D array "
                   "extracts its diagonal, np.outer flattens); build diag(p) as p[..., :, None] * np.eye(S) and the "
                   "outer product as p[..., :, None] * p[..., None, :]")

@@ -225,12 +225,32 @@ def _heads(block: np.ndarray, n: int, D: int) -> np.ndarray:
     return block.reshape(*block.shape[:-1], n, D).swapaxes(-2, -3)
 
 
+def _split_cases():
+    """``(qkv, H, Hkv, D)``: GQA, MQA with a batch axis, MHA, with every size different within a case; sizes and the
+    order of the values drawn from :func:`seeded`, so that no table of answers works. The values are distinct whole
+    numbers, so that a misplaced column shows."""
+    rng = seeded(43)
+    cases = []
+    for kind in ("gqa", "mqa", "mha"):
+        while True:
+            batch = (int(rng.integers(2, 4)),) if kind == "mqa" else ()
+            T, D = int(rng.integers(2, 7)), int(rng.integers(2, 6))
+            Hkv = {"gqa": int(rng.integers(2, 4)), "mqa": 1, "mha": int(rng.integers(2, 5))}[kind]
+            H = {"gqa": 2 * Hkv, "mqa": int(rng.integers(3, 7)), "mha": Hkv}[kind]
+            sizes = [*batch, T, D, H] + ([Hkv] if kind == "gqa" else [])
+            if len(set(sizes)) == len(sizes):
+                break
+        width = (H + 2 * Hkv) * D
+        n = int(np.prod(batch, dtype=int)) * T * width
+        cases.append((rng.permutation(n).astype(float).reshape(*batch, T, width), H, Hkv, D))
+    return cases
+
+
 @exercise("4.3", forbids=("attnlab.split_heads", "attnlab.project_qkv"))
 def check_split_qkv(split_qkv) -> None:
-    # (batch, T, H, Hkv, D): GQA, MQA with a batch axis, MHA; every size different within a case
-    for batch, T, H, Hkv, D in (((), 5, 4, 2, 3), ((2,), 3, 5, 1, 4), ((), 2, 3, 3, 4)):
-        width = (H + 2 * Hkv) * D
-        qkv = np.arange(np.prod(batch, dtype=int) * T * width, dtype=float).reshape(*batch, T, width)
+    for qkv, H, Hkv, D in _split_cases():
+        *batch, T, width = qkv.shape
+        batch = tuple(batch)
         blocks = np.split(qkv, [H * D, (H + Hkv) * D], axis=-1)  # (..., T, H*D), (..., T, Hkv*D) twice
         expected = [_heads(b, n, D) for b, n in zip(blocks, (H, Hkv, Hkv))]
         setup = f"for qkv of shape {qkv.shape}, H={H}, Hkv={Hkv} (so D={D})"
