@@ -109,3 +109,72 @@ def test_a_replayed_table_of_the_right_answers_fails(exercise_id, by_input, secr
     assert capsys.readouterr().out.count("passed") == 2
     with pytest.raises(ExerciseFailed):
         check(exercise_id, _replay(calls, by_input))
+
+
+# --- honest answers in another form --------------------------------------------------------------------------------
+
+
+def _convert(value, number):
+    """``value`` with every float, and every floating array, made by ``number`` (tuples, lists and dicts kept)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return number(value)
+    if isinstance(value, (float, np.floating)):
+        return number(value)
+    if isinstance(value, tuple):
+        return tuple(_convert(v, number) for v in value)
+    if isinstance(value, list):
+        return [_convert(v, number) for v in value]
+    return value
+
+
+def _float32(x):
+    return np.asarray(x, dtype=np.float32) if isinstance(x, np.ndarray) else np.float32(x)
+
+
+def _longdouble(x):
+    return np.asarray(x, dtype=np.longdouble) if isinstance(x, np.ndarray) else np.longdouble(x)
+
+
+def _fraction(x):
+    """Exact rationals: a Fraction for a number, an object array of Fractions for an array (inf and NaN stay floats,
+    as no rational holds them)."""
+    if isinstance(x, np.ndarray):
+        return np.array([fractions.Fraction(float(v)) if np.isfinite(v) else float(v) for v in x.ravel()],
+                        dtype=object).reshape(x.shape)
+    return fractions.Fraction(float(x)) if np.isfinite(x) else float(x)
+
+
+def in_float32(solution):
+    """The solution computed in float32: float inputs cast to float32 (so every step runs in float32), the result
+    returned as computed, and any float it returns as a float32."""
+    def answer(*args, **kwargs):
+        return _convert(solution(*_convert(args, _float32), **_convert(kwargs, _float32)), _float32)
+    return answer
+
+
+def as_lists(solution):
+    """The solution returning lists where it returns tuples: ``return [out, weights]``."""
+    def answer(*args, **kwargs):
+        result = solution(*args, **kwargs)
+        return list(result) if isinstance(result, tuple) else result
+    return answer
+
+
+def in_longdouble(solution):
+    """The solution with its result in numpy's longdouble (float128 on most machines)."""
+    return lambda *args, **kwargs: _convert(solution(*args, **kwargs), _longdouble)
+
+
+def in_fractions(solution):
+    """The solution with its result as exact rationals (fractions.Fraction, or object arrays of them)."""
+    return lambda *args, **kwargs: _convert(solution(*args, **kwargs), _fraction)
+
+
+VARIANTS = {"float32": in_float32, "list": as_lists, "longdouble": in_longdouble, "fraction": in_fractions}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_a_right_answer_in_another_form_passes(exercise_id, variant, capsys):
+    check(exercise_id, VARIANTS[variant](SOLUTIONS[exercise_id]))
+    assert capsys.readouterr().out == f"Exercise {exercise_id}: passed\n"

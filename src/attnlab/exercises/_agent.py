@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from . import _wire
+from . import _wire, plain
 
 MAX_TEXT = 20_000  # characters of printed output reported per call
 
@@ -126,6 +126,7 @@ class LocalAnswer:
         before = [a.copy() if isinstance(a, np.ndarray) else None for a in args]
         with self.tripwires.watching():
             result = self.answer(*args, **kwargs)
+        result = plain(result)  # as grading sends it: Fraction, longdouble, ... as float64
         if self.tripwires.hits:
             raise ExerciseFailed(forbidden_message(self.exercise_id, self.tripwires.hits[0]))
         for i, (old, new) in enumerate(zip(before, args)):
@@ -197,7 +198,7 @@ class _Session:
                     result = self.answer(*args, **kwargs)
                 same = next((i for i, ident in enumerate(before) if ident == id(result)), None)
                 try:
-                    reply = {"op": "return", "value": None if same is not None else _wire.encode(result),
+                    reply = {"op": "return", "value": None if same is not None else _wire.encode(plain(result)),
                              "same_as_arg": same}
                 except _wire.Unsupported as exc:
                     reply = {"op": "unsupported", "what": str(exc)}

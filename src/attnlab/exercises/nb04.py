@@ -20,7 +20,7 @@ import numpy as np
 from ..attention import attention
 from ..cost import BYTES_PER_ELEMENT, GiB, kv_cache_bytes
 from ..softmax import softmax
-from . import exercise, fail, seeded
+from . import close, exercise, fail, seeded
 
 
 def _as_array(got, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
@@ -35,7 +35,8 @@ def _as_array(got, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-7, atol=1e-10)
+    """The learner's ``a`` equals ``b`` within the tolerances of ``a``'s precision (float32 answers: float32 error)."""
+    return close(a, b, 1e-7, 1e-10)
 
 
 # ---------------------------------------------------------------------------------------------------------- 4.1
