@@ -178,3 +178,37 @@ VARIANTS = {"float32": in_float32, "list": as_lists, "longdouble": in_longdouble
 def test_a_right_answer_in_another_form_passes(exercise_id, variant, capsys):
     check(exercise_id, VARIANTS[variant](SOLUTIONS[exercise_id]))
     assert capsys.readouterr().out == f"Exercise {exercise_id}: passed\n"
+
+
+# --- wrong answers in float32 keep their diagnosis -----------------------------------------------------------------
+
+
+def _classic_mistakes():
+    """(exercise, wrong answer, a phrase of its diagnosis): a few classic mistakes of each notebook's tests."""
+    import test_exercises_nb01 as t1
+    import test_exercises_nb02 as t2
+    import test_exercises_nb03 as t3
+    import test_exercises_nb04 as t4
+    import test_exercises_nb06 as t6
+
+    return [
+        ("1.1", t1.softmax_axis0, "your columns sum to 1 instead of your rows"),
+        ("1.2", t1._cross_with(scale=lambda x, y, W_q, W_v: 1.0), "you forgot to divide by sqrt(d_k)"),
+        ("1.2", t1.cross_wrong_output, "your weights are right but your output is not"),
+        ("2.2", t2.masked_zeroed_after, "AFTER the softmax"),
+        ("2.2", t2.masked_scale_d, "scores / D = scores / 8"),
+        ("3.2", lambda p: -t3.jacobian_reference(p), "sign error"),
+        ("3.3", t3._scaled(lambda q, k, H: 1 / np.sqrt(q.shape[-1])), "√d_model"),
+        ("4.1", lambda q, k, v: t4.gqa(q, k, v, kv_layout="tile"), "np.tile"),
+        ("4.1", lambda q, k, v: t4.gqa(q, k, v, after_softmax=True), "after the softmax"),
+        ("6.1", lambda x, b: t6.lse(x, b, rescale=False), "did you forget to rescale l"),
+        ("6.2", lambda *args: t6.causal_tiled(*args, rescale_acc=False), "did you forget to rescale acc"),
+        ("6.3", lambda a, b: t6.merge_states(a, b, average=True), "averaging the two outputs"),
+    ]
+
+
+@pytest.mark.parametrize("exercise_id, wrong, phrase", _classic_mistakes())
+def test_a_classic_mistake_in_float32_keeps_its_diagnosis(exercise_id, wrong, phrase):
+    with pytest.raises(ExerciseFailed) as info:
+        check(exercise_id, lambda *args: _convert(wrong(*args), _float32))
+    assert phrase in str(info.value)

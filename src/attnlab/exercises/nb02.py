@@ -138,7 +138,8 @@ def check_my_causal_mask(my_causal_mask) -> None:
 
 
 def _masked_cases():
-    """Fixed inputs: the first has one row with no allowed key (a left-padded, causal batch); the second huge scores."""
+    """Inputs drawn from :func:`seeded`: the first has one row with no allowed key (a left-padded, causal batch); the
+    second huge scores."""
     rng = seeded(22)
     T, S, D, Dv = 4, 6, 8, 5
     q = rng.standard_normal((T, D))  # (T, D)

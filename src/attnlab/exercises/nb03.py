@@ -1,8 +1,9 @@
 """Checks for notebook 03, "Why √d_k": the mean and spread of correlated q·k, the softmax Jacobian, and the scale of
 every head's scores.
 
-Every checker calls the learner's function on fixed inputs (random ones come from fixed seeds), compares with the
-reference, and on a mismatch names the classic mistake it recognises.
+Every checker calls the learner's function on inputs drawn from :func:`seeded` (sizes too, for 3.2), compares with
+the reference within the tolerances of the answer's precision, and on a mismatch names the classic mistake it
+recognises.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@
 4.3  ``split_qkv(qkv, H, Hkv)``: a fused projection ``(..., T, (H + 2 Hkv) D)`` -> ``q (..., H, T, D)``,
      ``k, v (..., Hkv, T, D)``.
 
-Each checker calls the learner's function on fixed inputs, compares with ``attnlab``'s reference and, when they differ,
-tries the classic mistakes one by one so that the message can name the one that was made.
+Each checker calls the learner's function on inputs drawn from :func:`seeded` (4.2: fixed cases and one drawn; 4.3:
+sizes and values drawn), compares with ``attnlab``'s reference and, when they differ, tries the classic mistakes one by
+one so that the message can name the one that was made.
 """
 
 from __future__ import annotations

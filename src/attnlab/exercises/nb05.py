@@ -10,9 +10,9 @@
      whole layer for a batch (section 5's intensity, with the weights shared by the batch and one cache per sequence).
 
 Every classic mistake changes the answer in a known way (counting multiply-adds halves a FLOP count, bits instead of
-bytes multiply a size by 8, ...). Each checker calls the learner's function on fixed cases and, when the answers are
-off, looks for the smallest set of mistakes that reproduces them in every case, so that the message can name the
-mistake that was made.
+bytes multiply a size by 8, ...). Each checker calls the learner's function on fixed cases and one drawn from
+:func:`seeded` (so that no table of answers works) and, when the answers are off, looks for the smallest set of
+mistakes that reproduces them in every case, so that the message can name the mistake that was made.
 """
 
 from __future__ import annotations
