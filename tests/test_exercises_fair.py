@@ -144,11 +144,20 @@ def _fraction(x):
     return fractions.Fraction(float(x)) if np.isfinite(x) else float(x)
 
 
+def _counts_too(value):
+    """Whole numbers (ints, not bools) of a result as float32, as a learner counting in float32 returns them."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return np.float32(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_counts_too(v) for v in value)
+    return value
+
+
 def in_float32(solution):
     """The solution computed in float32: float inputs cast to float32 (so every step runs in float32), the result
-    returned as computed, and any float it returns as a float32."""
+    returned as computed, and any number it returns (a float, or a count) as a float32."""
     def answer(*args, **kwargs):
-        return _convert(solution(*_convert(args, _float32), **_convert(kwargs, _float32)), _float32)
+        return _counts_too(_convert(solution(*_convert(args, _float32), **_convert(kwargs, _float32)), _float32))
     return answer
 
 
@@ -212,3 +221,35 @@ def test_a_classic_mistake_in_float32_keeps_its_diagnosis(exercise_id, wrong, ph
     with pytest.raises(ExerciseFailed) as info:
         check(exercise_id, lambda *args: _convert(wrong(*args), _float32))
     assert phrase in str(info.value)
+
+
+# --- the rules themselves ----------------------------------------------------------------------------------------
+
+
+def test_tolerances_follow_the_answers_precision():
+    eps32 = float(np.finfo(np.float32).eps)
+    assert exercises.tolerances(np.ones(3), 1e-9, 1e-12) == (1e-9, 1e-12)  # float64: the check's own
+    assert exercises.tolerances(1.5, 1e-9, 1e-12) == (1e-9, 1e-12)  # a Python float is a float64
+    for low in (np.ones(3, dtype=np.float32), np.float32(1.5), np.ones(2, dtype=np.float16)):
+        assert exercises.tolerances(low, 1e-9, 1e-12) == (exercises.FLOAT_SLACK * eps32,) * 2
+    assert exercises.tolerances(np.float32(1), 1e-2, 0.0)[0] == 1e-2  # never tighter than the check's own
+
+
+def test_close_judges_float32_within_float32_error_only():
+    expected = np.linspace(-3.0, 3.0, 7) / 7  # not exact in float32
+    rounded = expected.astype(np.float32)
+    assert exercises.close(rounded, expected, 1e-9, 1e-12)
+    assert not exercises.close(rounded.astype(np.float64), expected, 1e-9, 1e-12)  # same numbers, claimed float64
+    assert not exercises.close(rounded + np.float32(1e-3), expected, 1e-9, 1e-12)  # a real difference still shows
+    assert not exercises.close(rounded[:6], expected[:6].reshape(2, 3), 1e-9, 1e-12)  # shapes must match
+
+
+def test_plain_reads_exact_and_long_numbers_as_float64_and_keeps_the_rest():
+    third = fractions.Fraction(1, 3)
+    assert exercises.plain(third) == 1 / 3 and type(exercises.plain(third)) is float
+    out = exercises.plain([np.array([third, 2], dtype=object), (np.ones(2, dtype=np.longdouble), 7)])
+    assert isinstance(out, list) and isinstance(out[1], tuple) and out[1][1] == 7
+    assert out[0].dtype == np.float64 and out[1][0].dtype == np.float64
+    np.testing.assert_array_equal(out[0], [1 / 3, 2.0])
+    kept = (np.ones(2, dtype=np.float32), "text", np.array(["a"], dtype=object))
+    assert exercises.plain(kept) is kept  # nothing to convert: the very same object
