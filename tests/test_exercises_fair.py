@@ -12,8 +12,11 @@ The correct answers are the solution notebooks' own exercise cells, run here.
 
 from __future__ import annotations
 
+import ast
 import fractions
 import math
+import subprocess
+import sys
 
 import nbformat
 import numpy as np
@@ -253,3 +256,27 @@ def test_plain_reads_exact_and_long_numbers_as_float64_and_keeps_the_rest():
     np.testing.assert_array_equal(out[0], [1 / 3, 2.0])
     kept = (np.ones(2, dtype=np.float32), "text", np.array(["a"], dtype=object))
     assert exercises.plain(kept) is kept  # nothing to convert: the very same object
+
+
+# --- notebook 05's own cells under the grader's limits ---------------------------------------------------------------
+
+
+def _timed_under_a_cpu_limit(cell: str) -> list[float]:
+    """Run notebook 05's timing cell in a process with a CPU-time limit, as the grader's sandbox sets one
+    (RLIMIT_CPU), and time 50 short calls (a 64 x 64 product, some microseconds) with its best_time."""
+    code = ("import resource, sys, time, tracemalloc\nimport numpy as np\n"
+            "resource.setrlimit(resource.RLIMIT_CPU, (300, resource.getrlimit(resource.RLIMIT_CPU)[1]))\n"
+            + cell + "\na = np.random.default_rng(0).standard_normal((64, 64))\n"
+            "print([best_time(np.matmul, a, a, repeat=1) for _ in range(50)])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return ast.literal_eval(done.stdout.strip())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the grader's sandbox and RLIMIT_CPU are Linux's")
+def test_notebook_05_times_short_calls_under_the_graders_cpu_limit():
+    """Under RLIMIT_CPU the process's CPU clock advances in scheduler ticks, so time.process_time measured some short
+    calls as 0 s and 05's log-log plot, and every cell after it, failed in the sandbox only. Its clock must not."""
+    nb = nbformat.read(default_solutions_dir() / "05_cost.ipynb", as_version=4)
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "def best_time" in c.source)
+    assert min(_timed_under_a_cpu_limit(cell)) > 0  # with time.process_time, most of the 50 were 0 s here

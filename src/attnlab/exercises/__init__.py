@@ -137,10 +137,11 @@ def float_array(got, what: str, shape: tuple, hint: str = "") -> np.ndarray:
 # --- judging numbers fairly ----------------------------------------------------------------------------------------
 
 FLOAT_SLACK = 2**10
-"""How many units of the learner's precision an answer may be off, relative to numbers of order 1 (the tolerance rule
-of :func:`tolerances`). The checks feed attention scores up to about 1500 (about 2**10.5): one rounding of such a score
-in float32 moves the weights by up to about 2**10 float32 epsilons. The classic mistakes the checks name change the
-answer by far more."""
+"""How many units of the learner's precision an answer may be off, relative and absolute (the rule of
+:func:`tolerances`). The checks feed attention scores up to about 1500 (about 2**10.5): in float32 such a score is
+off by a few epsilons of 1500, that is of the order of 2**10 float32 epsilons, and the weights and outputs computed
+from it inherit an error of that order. The classic mistakes the checks name change the answer by far more
+(``tests/test_exercises_fair.py`` checks some of them in float32)."""
 
 
 def precision(got) -> float:
