@@ -70,7 +70,8 @@ def test_each_exercise_gets_the_expected_result(batch, file_name):
 
 def test_only_a_fully_correct_submission_passes(batch):
     for name, report in batch["reports"].items():
-        assert report.passed == (name in {"02-correct.ipynb", "04-correct.ipynb", "06-correct.ipynb"}), name
+        assert report.passed == (name in {"02-correct.ipynb", "04-correct.ipynb", "06-correct.ipynb",
+                                          "02-honest_forms.ipynb", "04-honest_forms.ipynb"}), name
 
 
 def test_files_that_are_not_notebooks_are_reported_and_the_rest_graded(batch):

@@ -28,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from . import _judge, _protocol, _wire
+from . import _judge, _protocol, _wire, plain
 
 MAX_TEXT = 20_000  # characters of printed output reported per call
 
@@ -141,6 +141,7 @@ def execute_call(answer, args, kwargs, tripwires: "Tripwires", *, catch_interrup
     tripwires.hits.clear()
     if raised is not None:
         return _protocol.Raised(_error_report(raised, answer), effects), raised
+    result = plain(result)  # Fraction, Decimal, longdouble, ... read as float64, as in self-check
     same = next((i for i, ident in enumerate(ids) if ident == id(result)), None)
     try:
         value = None if same is not None else _wire.encode(result)
