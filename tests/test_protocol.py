@@ -158,3 +158,11 @@ def test_exact_fractions_and_longdouble_cross_the_wire_and_are_judged_as_in_self
     assert _both("2.2", in_longdouble).status == "passed"
     for value in (fractions.Fraction(1, 3), np.longdouble(1) / 3):
         assert _both("3.1", lambda *a, v=value: (v, v)).status == "failed"  # wrong, but judged alike
+
+
+def test_a_resource_warning_from_garbage_collection_is_not_the_learners():
+    def collects(T, S, start):  # as when the kernel collects an event loop left by earlier code during this call
+        warnings.warn("unclosed event loop", ResourceWarning)
+        return _causal(T, S, start)
+
+    assert _both("2.1", collects).status == "passed"

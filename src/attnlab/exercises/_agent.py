@@ -136,7 +136,8 @@ def execute_call(answer, args, kwargs, tripwires: "Tripwires", *, catch_interrup
         after = None
     effects = _protocol.Effects(
         out=out.getvalue()[:MAX_TEXT], err=err.getvalue()[:MAX_TEXT],
-        warnings=[_protocol.WarningRecord(w.category.__name__[:100], str(w.message)[:1000]) for w in caught[:50]],
+        warnings=[_protocol.WarningRecord(w.category.__name__[:100], str(w.message)[:1000])
+                  for w in caught if not issubclass(w.category, ResourceWarning)][:50],  # see _judge.NOT_THE_LEARNERS
         args_after=after, reference_calls=list(tripwires.hits))
     tripwires.hits.clear()
     if raised is not None:

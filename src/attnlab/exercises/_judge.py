@@ -34,6 +34,11 @@ def printed_message(exercise_id: str, printed: str, verdict: str = "the answer i
             f"'Exercise {exercise_id}: passed'. It printed:\n{printed.strip()}")
 
 
+# Warnings that garbage collection emits wherever it happens to run (an unclosed file or event loop of earlier code,
+# the kernel's own included): they never count against the function being checked.
+NOT_THE_LEARNERS = ResourceWarning
+
+
 class LearnerRaised:
     """Marks exception classes made from the learner's exceptions (a grading rebuilds them from an ErrorReport)."""
 
@@ -167,7 +172,8 @@ def judge(exercise_id: str, answer: Answer) -> tuple[Verdict, BaseException | No
         return referenced()
     if answer.mutated:  # an edit reported from the kernel may only ever turn a pass into a failure
         return verdict("failed", mutated_message(answer.mutated[0]))
-    noise = "".join(answer.printed) + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
+    noise = "".join(answer.printed) + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught
+                                              if not issubclass(w.category, NOT_THE_LEARNERS))
     if noise.strip():
         return verdict("failed", printed_message(exercise_id, noise))
     return verdict("passed")
