@@ -14,6 +14,7 @@ This pytest process is the trusted side of a grading. The plugin
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import re
@@ -122,7 +123,9 @@ def pytest_configure(config):
     if hasattr(socket, "AF_UNIX"):
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(grading["socket"])
-        os.chmod(grading["socket"], 0o666)  # the sandbox's uid connects to it
+        os.chmod(grading["socket"], 0o600)  # in a folder of mode 0700 too: only the sandbox's uid connects to it
+        if grading.get("uid") is not None:
+            os.chown(grading["socket"], grading["uid"], grading["uid"])
     else:  # Windows: loopback TCP (never sandboxed there)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
@@ -135,6 +138,7 @@ def pytest_configure(config):
         nbval.kernel.start_new_kernel = _sandboxed_kernel_starter(grading)
     else:
         os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
+        os.environ["ATTNLAB_CHECK_KEY"] = grading.get("key", "")
         original = nbval.kernel.start_new_kernel
 
         def start(*args, **kwargs):
@@ -161,28 +165,43 @@ def _drain(listener) -> None:
         listener.setblocking(True)
 
 
-def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
-    from . import trusted
+def accept_kernel(listener, key: str, give_up: float, done: threading.Event | None = None, hello_seconds=5.0):
+    """The next connection whose first message is ``{"op": "hello", "key": KEY}`` with this grading's key, and its
+    second message; None when none comes before ``give_up`` (or ``done`` is set). Connections that do not start so
+    (another user's, or one that says nothing for ``hello_seconds``) are closed and the wait goes on."""
     from ...exercises import _wire
 
-    grading, listener = _state["grading"], _state["listener"]
-    give_up = time.monotonic() + timeout + grading.get("connect_slack", 10.0)
     listener.settimeout(0.1)
     while True:  # until the kernel's check connects, or the check cell ends without it
         try:
             conn, _ = listener.accept()
-            break
         except socket.timeout:
-            if result["done"].is_set() or time.monotonic() > give_up:
-                return  # the kernel's check never called: the check cell failed before it, or check was replaced
+            if (done is not None and done.is_set()) or time.monotonic() > give_up:
+                return None  # the kernel's check never called: the check cell failed before it, or check was replaced
+            continue
         except OSError:
-            return
-    with conn:
+            return None
         try:
-            conn.settimeout(timeout)
-            begin = _wire.recv(conn)
-        except (OSError, _wire.WireError, ConnectionError):
-            return
+            hello = _wire.recv(conn, time.monotonic() + hello_seconds)
+            if hello.get("op") == "hello" and isinstance(hello.get("key"), str) and hmac.compare_digest(
+                    hello["key"].encode(), key.encode()):
+                return conn, _wire.recv(conn, time.monotonic() + hello_seconds)
+        except (OSError, _wire.WireError, ConnectionError, TimeoutError):
+            pass
+        conn.close()
+
+
+def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
+    from . import trusted
+
+    grading, listener = _state["grading"], _state["listener"]
+    give_up = time.monotonic() + timeout + grading.get("connect_slack", 10.0)
+    accepted = accept_kernel(listener, grading.get("key", ""), give_up, result["done"], max(timeout, 5.0))
+    if accepted is None:
+        return
+    conn, begin = accepted
+    conn.settimeout(timeout)
+    with conn:
         if begin.get("op") != "begin" or begin.get("exercise") != exercise_id:
             verdict = trusted.Verdict(exercise_id, "failed", "the check cell checked another exercise "
                                                              f"({str(begin.get('exercise'))[:20]!r})")
