@@ -285,3 +285,15 @@ def test_runtime_folders_are_private(tmp_path):
     runtime_root, seed_root = runner._runtime_dir(tmp_path / "as_root", 1_900_000_000)
     assert seed_root != runtime_root and stat.S_IMODE(runtime_root.stat().st_mode) == 0o700
     assert stat.S_IMODE(seed_root.stat().st_mode) == 0o700
+
+
+def test_as_root_the_kernels_tmp_home_and_shm_are_the_launchers_scratch_tmpfs(tmp_path):
+    from attnlab.course.grading import sandbox
+
+    config = sandbox.Config(runtime=str(tmp_path / "run"))
+    args = sandbox.bwrap_args(config, scratch="/s")
+    for part, path in (("tmp", "/tmp"), ("home", sandbox.HOME), ("shm", "/dev/shm")):
+        assert args[args.index(f"/s/{part}") - 1:args.index(f"/s/{part}") + 2] == ["--bind", f"/s/{part}", path]
+    assert "--size" not in args, "the scratch tmpfs has the size and inode limits (bubblewrap's has no inode limit)"
+    plain = sandbox.bwrap_args(config)
+    assert plain.count("--size") == 3 and "/s/tmp" not in plain

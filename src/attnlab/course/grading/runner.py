@@ -210,7 +210,8 @@ def find_solution(learner, path: Path, solutions_dir: Path) -> Path:
     notebook_id = meta.get("notebook") if isinstance(meta, dict) else None
     if isinstance(meta, dict) and "notebook" in meta and not (
             isinstance(notebook_id, str) and _NOTEBOOK_ID.fullmatch(notebook_id)):
-        what = f"{len(notebook_id)} characters long" if isinstance(notebook_id, str) else "not text"
+        what = ("not text" if not isinstance(notebook_id, str) else f"{len(notebook_id)} characters long"
+                if len(notebook_id) > 100 else "a character other than letters, digits, '_', '.' and '-'")
         raise SubmissionError(f"the notebook id in the file's metadata (attnlab.notebook) is not a course notebook "
                               f"name ({what})")
     candidates = []

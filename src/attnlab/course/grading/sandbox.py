@@ -4,7 +4,7 @@ What the kernel sees (:func:`bwrap_args`): a read-only view of the system librar
 virtual environment and the ``attnlab`` package with its course tooling (``attnlab/course``: the grader and any
 shipped solutions) hidden; a private ``/tmp`` and working folder (small tmpfs); its own PID, network (loopback only,
 nothing listening), IPC, UTS and user namespaces; uid 1000, not root; no environment but a few variables; and one
-writable folder of its own on the host, which holds its connection file and sockets. It dies with its parent
+writable runtime folder of its own (mode 0700), which holds its connection file and sockets. It dies with its parent
 (``--die-with-parent``), and everything it starts dies with it (its PID namespace).
 
 Limits (:class:`Limits`) are set with ``setrlimit`` before bubblewrap starts: address space (memory), processes,
