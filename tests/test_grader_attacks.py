@@ -6,7 +6,7 @@ host's disk, memory or inodes, harm another submission or the batch, or break th
 verdict the attack gets and that nothing escaped: files of the course unchanged, no process left behind, the honest
 submissions graded in the same batch graded right, the CSV and the terminal output free of formulas and control
 characters, every name on one line. The grading's aggregate memory is set to 320 MiB in this batch (4 GiB by default)
-so that filling it stays quick.
+and its tmpfs to 128 and 16 MiB (256 and 32) so that filling them stays quick.
 
 A second, small batch grades an honest and a hostile submission with ``--jobs 20`` and no cgroup (the fallback), while
 another local user tries to reach the grading's check socket.
@@ -51,7 +51,8 @@ NOT_REGULAR = {"02-link_to_solution.ipynb", "02-link_to_secret.ipynb", "02-link_
                "02-device.ipynb"}
 SECRET = "SECRET-CONTENT-8f3a"
 DAEMON_MARK = b"attnlab-attack-daemon"
-MEMORY = 320 * 2**20  # the grading's aggregate memory in this batch
+# smaller than by default so that filling them stays quick: a grading's memory (its tmpfs pages included) and tmpfs
+LIMITS = replace(runner.LIMITS, memory_total=320 * 2**20, tmp_size=128 * 2**20, runtime_size=16 * 2**20)
 NO_CGROUP = isolation.cgroup_unavailable_reason()
 CGROUP_ONLY = {"02-memory_two_processes.ipynb": "two processes under the per-process limit are stopped by a cgroup"}
 
@@ -128,7 +129,7 @@ def attacked(tmp_path_factory):
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         mp.setattr(runner, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
-        mp.setattr(runner, "LIMITS", replace(runner.LIMITS, memory_total=MEMORY))
+        mp.setattr(runner, "LIMITS", LIMITS)
         status = cli.main(["--batch", str(folder), "--csv", str(csv_path), "--jobs", "2"])
     with open(csv_path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
@@ -217,7 +218,8 @@ def test_links_fifos_and_devices_are_not_graded_nor_read(attacked):
 def test_names_and_notebook_ids_stay_on_one_line(attacked):
     lines = attacked["out"].splitlines()
     assert not any(line.startswith(("All exercises passed: 30", "Results written to nowhere")) for line in lines)
-    assert "02-x\\nAll exercises passed: 30 of 30 learners.\\nResults written to nowhere.ipynb" in attacked["out"]
+    assert "02-x\\nAll exercises passed: 30 of 30 learners.\\nResults written to nowhere.ipynb" in [
+        row[1] for row in attacked["rows"]]
     assert [r.status for r in attacked["reports"][NEWLINE_NAME].results] == ["not attempted"] * 3
     assert attacked["reports"]["02-long_notebook_id.ipynb"].problem.startswith("the notebook id in the file's")
     assert all("\n" not in cell for row in attacked["rows"] for cell in row)
@@ -232,7 +234,7 @@ def _numbers(report, prefix: str) -> list[int]:
 @pytest.mark.skipif(os.geteuid() != 0, reason="the runtime folder is a host folder without root (bubblewrap's tmpfs "
                                               "has a size limit only)")
 def test_disk_and_inode_fills_stop_at_the_sandboxes_tmpfs_limits(attacked):
-    limits = runner.LIMITS
+    limits = LIMITS
     runtime, home, tmp, shm = _numbers(attacked["reports"]["02-disk_fill.ipynb"], "MiB written: ")
     assert runtime <= limits.runtime_size // 2**20, "the runtime folder is a small tmpfs, not the host disk"
     assert home + tmp + shm <= limits.tmp_size // 2**20, "home, /tmp and /dev/shm share one tmpfs"

@@ -4,8 +4,10 @@ This pytest process is the trusted side of a grading. The plugin
 
 * starts the learner's kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start
   is replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
-* listens on the check socket and, while nbval runs a check cell, judges that exercise (:mod:`.trusted`): the
-  kernel's ``check`` connects, the checker runs here and calls the learner's function across the socket;
+* listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
+  cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
+  grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
+  learner's function across the socket;
 * gives the cells of an exercise (metadata ``attnlab``) ``--nbval-cell-timeout`` and the notebook's own cells, which
   come from the solution notebook, the more generous ``--attnlab-setup-timeout``;
 * appends a record of every cell nbval ran, and of every verdict, to ``--attnlab-record`` as JSON lines, flushed as it
