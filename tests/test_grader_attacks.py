@@ -1,10 +1,15 @@
 """The grader under attack: hostile submissions graded in one sandboxed batch, as an instructor would grade a class.
 
-The submissions (tests/fixtures/attacks/*.toml, built from the current learner notebooks, plus a few malformed files
-and hostile file names made here) try to forge a pass, reach outside their sandbox, harm another submission or the
-batch, or break the report. Every test asserts the verdict the attack gets and that nothing escaped: files of the
-course unchanged, no process left behind, the honest submissions graded in the same batch graded right, the CSV and
-the terminal output free of formulas and control characters.
+The submissions (tests/fixtures/attacks/*.toml, built from the current learner notebooks, plus a few malformed files,
+links, a FIFO, a device and hostile file names made here) try to forge a pass, reach outside their sandbox, fill the
+host's disk, memory or inodes, harm another submission or the batch, or break the report. Every test asserts the
+verdict the attack gets and that nothing escaped: files of the course unchanged, no process left behind, the honest
+submissions graded in the same batch graded right, the CSV and the terminal output free of formulas and control
+characters, every name on one line. The grading's aggregate memory is set to 320 MiB in this batch (4 GiB by default)
+and its tmpfs to 128 and 16 MiB (256 and 32) so that filling them stays quick.
+
+A second, small batch grades an honest and a hostile submission with ``--jobs 20`` and no cgroup (the fallback), while
+another local user tries to reach the grading's check socket.
 """
 
 from __future__ import annotations
@@ -14,7 +19,14 @@ import csv
 import hashlib
 import io
 import json
+import os
 import re
+import socket
+import stat
+import tempfile
+import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import make_submissions
@@ -22,7 +34,8 @@ import nbformat
 import pytest
 
 from attnlab.course.authoring import default_solutions_dir, find_exercises
-from attnlab.course.grading import cli, runner, sandbox
+from attnlab.course.grading import cli, isolation, runner, sandbox
+from attnlab.exercises import _protocol, _wire
 
 if sandbox.unavailable_reason():
     pytest.skip(f"grader attack tests skipped: {sandbox.unavailable_reason()} ({sandbox.INSTALL_HINT})",
@@ -33,7 +46,15 @@ ATTACKS = {sub.file_name: sub for sub in make_submissions.load(make_submissions.
 HONEST = ["02-correct.ipynb", "02-untouched.ipynb"]  # graded in the same batch: they must not be harmed
 FORMULA_NAME = '=HYPERLINK("http:evil","click").ipynb'
 ESCAPE_NAME = "02-\x1b[2K\rAll exercises passed\x1b[0m.ipynb"
+NEWLINE_NAME = "02-x\nAll exercises passed: 30 of 30 learners.\nResults written to nowhere.ipynb"
+NOT_REGULAR = {"02-link_to_solution.ipynb", "02-link_to_secret.ipynb", "02-link_to_kmsg.ipynb", "02-fifo.ipynb",
+               "02-device.ipynb"}
+SECRET = "SECRET-CONTENT-8f3a"
 DAEMON_MARK = b"attnlab-attack-daemon"
+# smaller than by default so that filling them stays quick: a grading's memory (its tmpfs pages included) and tmpfs
+LIMITS = replace(runner.LIMITS, memory_total=320 * 2**20, tmp_size=128 * 2**20, runtime_size=16 * 2**20)
+NO_CGROUP = isolation.cgroup_unavailable_reason()
+CGROUP_ONLY = {"02-memory_two_processes.ipynb": "two processes under the per-process limit are stopped by a cgroup"}
 
 
 def _tree_digest(*folders: Path) -> str:
@@ -73,6 +94,23 @@ def _malformed(folder: Path) -> None:
                                       'raise ValueError("\\x1b[2K\\rExercise 2.1: passed\\x1b]0;owned\\x07\\b\\b")')
     nbformat.write(named, folder / ESCAPE_NAME)
     nbformat.write(nbformat.reads(raw, as_version=4), folder / FORMULA_NAME)
+    nbformat.write(nbformat.reads(raw, as_version=4), folder / NEWLINE_NAME)
+    odd = nbformat.reads(raw, as_version=4)
+    odd.metadata["attnlab"]["notebook"] = "02_masks" + "x" * 300
+    nbformat.write(odd, folder / "02-long_notebook_id.ipynb")
+
+
+def _not_regular(folder: Path, secret_folder: Path) -> None:
+    """Links to a solution, to a private file and to /proc/kmsg (reading it waits forever), a FIFO, a device."""
+    (folder / "02-link_to_solution.ipynb").symlink_to(default_solutions_dir() / "02_masks.ipynb")
+    (secret_folder / "secret.txt").write_text(SECRET)
+    (folder / "02-link_to_secret.ipynb").symlink_to(secret_folder / "secret.txt")
+    (folder / "02-link_to_kmsg.ipynb").symlink_to("/proc/kmsg")
+    os.mkfifo(folder / "02-fifo.ipynb")
+    if os.geteuid() == 0:
+        os.mknod(folder / "02-device.ipynb", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # like /dev/null
+    else:
+        (folder / "02-device.ipynb").symlink_to("/dev/null")
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +121,7 @@ def attacked(tmp_path_factory):
     for name in HONEST:
         nbformat.write(honest[name].build(), folder / name)
     _malformed(folder)
+    _not_regular(folder, tmp_path_factory.mktemp("private"))
     before = _tree_digest(ROOT / "src" / "attnlab", default_solutions_dir())
     csv_path = tmp_path_factory.mktemp("results") / "results.csv"
     reports: list = []
@@ -90,9 +129,17 @@ def attacked(tmp_path_factory):
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         mp.setattr(runner, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
+        mp.setattr(runner, "LIMITS", LIMITS)
         status = cli.main(["--batch", str(folder), "--csv", str(csv_path), "--jobs", "2"])
     with open(csv_path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
+    survivors = _survivors()
+    return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": out.getvalue(),
+            "before": before, "after": _tree_digest(ROOT / "src" / "attnlab", default_solutions_dir()),
+            "survivors": survivors}
+
+
+def _survivors() -> list[str]:
     survivors = []
     for proc in Path("/proc").iterdir():
         try:
@@ -100,9 +147,7 @@ def attacked(tmp_path_factory):
                 survivors.append(proc.name)
         except OSError:
             pass
-    return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": out.getvalue(),
-            "before": before, "after": _tree_digest(ROOT / "src" / "attnlab", default_solutions_dir()),
-            "survivors": survivors}
+    return survivors
 
 
 def _exercise_ids() -> list[str]:
@@ -111,6 +156,8 @@ def _exercise_ids() -> list[str]:
 
 @pytest.mark.parametrize("file_name", sorted(ATTACKS))
 def test_each_attack_gets_the_expected_verdict(attacked, file_name):
+    if file_name in CGROUP_ONLY and NO_CGROUP:
+        pytest.skip(f"{CGROUP_ONLY[file_name]}, and this host gives none: {NO_CGROUP}")
     sub = ATTACKS[file_name]
     report = attacked["reports"][file_name]
     assert report.problem == "", report.problem
@@ -161,7 +208,169 @@ def test_no_control_characters_reach_the_terminal_or_the_csv(attacked):
     assert "All exercises passed: 1 of" in attacked["out"], "only 02-correct passed everything"
 
 
+def test_links_fifos_and_devices_are_not_graded_nor_read(attacked):
+    for name in NOT_REGULAR:
+        assert attacked["reports"][name].problem == runner.NOT_REGULAR, name
+    everything = attacked["out"] + "".join(cell for row in attacked["rows"] for cell in row)
+    assert SECRET not in everything, "nothing of a linked file reaches the results"
+
+
+def test_names_and_notebook_ids_stay_on_one_line(attacked):
+    lines = attacked["out"].splitlines()
+    assert not any(line.startswith(("All exercises passed: 30", "Results written to nowhere")) for line in lines)
+    assert "02-x\\nAll exercises passed: 30 of 30 learners.\\nResults written to nowhere.ipynb" in [
+        row[1] for row in attacked["rows"]]
+    assert [r.status for r in attacked["reports"][NEWLINE_NAME].results] == ["not attempted"] * 3
+    assert attacked["reports"]["02-long_notebook_id.ipynb"].problem.startswith("the notebook id in the file's")
+    assert all("\n" not in cell for row in attacked["rows"] for cell in row)
+
+
+def _numbers(report, prefix: str) -> list[int]:
+    message = report.results[0].message
+    assert prefix in message, message
+    return [int(n) for n in message.split(prefix)[1].split("(")[0].split()]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the runtime folder is a host folder without root (bubblewrap's tmpfs "
+                                              "has a size limit only)")
+def test_disk_and_inode_fills_stop_at_the_sandboxes_tmpfs_limits(attacked):
+    limits = LIMITS
+    runtime, home, tmp, shm = _numbers(attacked["reports"]["02-disk_fill.ipynb"], "MiB written: ")
+    assert runtime <= limits.runtime_size // 2**20, "the runtime folder is a small tmpfs, not the host disk"
+    assert home + tmp + shm <= limits.tmp_size // 2**20, "home, /tmp and /dev/shm share one tmpfs"
+    runtime, home, tmp, shm = _numbers(attacked["reports"]["02-inode_fill.ipynb"], "files made: ")
+    assert runtime <= limits.inodes and home + tmp + shm <= limits.inodes, "each tmpfs has nr_inodes"
+
+
 def test_batch_finishes_with_one_row_per_file(attacked):
     files = {row[1] for row in attacked["rows"][1:]}
     assert len(files) == len(attacked["reports"])
     assert attacked["status"] == 1, "some files could not be graded, so the exit status is 1"
+
+
+# --- many gradings at once, no cgroup, and another user on the host -------------------------------------------------
+
+SPIN_AND_FORK = make_submissions.Submission("02_masks", "spin_and_fork", {
+    "base": "learner", "about": "leave sleeping children in sessions of their own, then spin ignoring SIGINT",
+    "code": {"2.1": '''
+import os, signal, subprocess, sys
+for _ in range(3):
+    subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(1)  # attnlab-attack-daemon"],
+                     start_new_session=True)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    pass
+'''}})
+
+
+def _as_stranger(uid: int, address: str) -> str:
+    """Connect to ``address`` as ``uid`` in a child process: "connected" or the error's name."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only makes system calls, then leaves
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(address)
+            outcome = "connected"
+        except OSError as exc:
+            outcome = type(exc).__name__
+        except BaseException:
+            outcome = "failed"
+        os.write(write, outcome.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        return f.read()
+
+
+def _knock(folder: Path, stop: threading.Event, seen: dict) -> None:
+    """While the batch runs: another local user, then root without the key, try the check socket of each grading."""
+    stranger = isolation.lease_uid()
+    try:
+        while not stop.is_set() and len(seen["stranger"]) < 6:
+            for proc in Path("/proc").iterdir():
+                try:
+                    argv = (proc / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                config = [a for a in argv if a.startswith(b"--attnlab-grading=" + str(folder).encode())]
+                if not config or b"pytest" not in argv:
+                    continue
+                address = str(Path(config[0].split(b"=", 1)[1].decode()).parents[1] / "run" / "check.sock")
+                if not os.path.exists(f"/proc/{proc.name}/root{address}"):
+                    continue  # not listening yet
+                for where in (address, f"/proc/{proc.name}/root{address}"):
+                    seen["stranger"].append(_as_stranger(stranger.uid, where))
+                try:  # root reaches it through the grading's own mount namespace, but has no key
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                        sock.connect(f"/proc/{proc.name}/root{address}")
+                        _protocol.send(sock, _protocol.Hello("0" * 64))
+                        _protocol.send(sock, _protocol.Begin("2.1"))
+                        sock.settimeout(1.5)
+                        seen["root"].append("served" if sock.recv(1) else "closed")
+                except socket.timeout:
+                    seen["root"].append("unanswered")
+                except OSError as exc:
+                    seen["root"].append(type(exc).__name__)
+            time.sleep(0.5)
+    finally:
+        stranger.release()
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """``--jobs 20``, no cgroup (forced), an honest and a hostile submission, another user knocking meanwhile."""
+    folder = tmp_path_factory.mktemp("crowded")
+    nbformat.write(make_submissions.write_all(tmp_path_factory.mktemp("honest"))["02-correct.ipynb"].build(),
+                   folder / "02-correct.ipynb")
+    nbformat.write(SPIN_AND_FORK.build(), folder / "02-spin_and_fork.ipynb")
+    gradings = Path(tempfile.mkdtemp(prefix="attnlab-test-"))  # only this batch's gradings, reachable by their uids
+    os.chmod(gradings, 0o711)
+    seen = {"stranger": [], "root": []}
+    stop = threading.Event()
+    knocker = threading.Thread(target=_knock, args=(gradings, stop, seen), daemon=True)
+    reports: list = []
+    grade_many = runner.grade_many
+    out = io.StringIO()
+    try:
+        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(io.StringIO()):
+            mp.setenv(isolation.NO_CGROUP_ENV, "1")
+            mp.setattr(tempfile, "tempdir", str(gradings))
+            mp.setattr(runner, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
+            if os.geteuid() == 0:
+                knocker.start()
+            status = cli.main(["--batch", str(folder), "--jobs", "20"])
+    finally:
+        stop.set()
+        if knocker.is_alive():
+            knocker.join(timeout=30)
+        survivors = _survivors()
+        os.rmdir(gradings)
+    return {"status": status, "reports": {r.path.name: r for r in reports}, "out": out.getvalue(), "seen": seen,
+            "survivors": survivors}
+
+
+def test_with_20_jobs_an_honest_submission_passes_beside_a_hostile_one(crowded):
+    assert [r.status for r in crowded["reports"]["02-correct.ipynb"].results] == ["passed"] * 3
+    assert crowded["reports"]["02-spin_and_fork.ipynb"].results[0].status == "timed out"
+    assert crowded["survivors"] == [], "the hostile submission's children died with its grading"
+
+
+def test_without_a_cgroup_the_batch_says_so_in_one_line(crowded):
+    notes = [line for line in crowded["out"].splitlines() if line.startswith("note: no cgroup")]
+    assert len(notes) == 1 and isolation.NO_CGROUP_ENV in notes[0], crowded["out"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another local user")
+def test_another_local_user_cannot_reach_the_check_socket(crowded):
+    stranger, root = crowded["seen"]["stranger"], crowded["seen"]["root"]
+    assert stranger and root, "the gradings were found while they ran"
+    assert "connected" not in stranger, stranger
+    assert set(stranger) <= {"PermissionError", "FileNotFoundError"}, stranger
+    assert "closed" in root or "unanswered" in root, "root could reach the socket (the test can see a failure)"
+    assert "served" not in root, "a connection without the grading's key is never served"

@@ -162,8 +162,8 @@ def test_the_judge_refuses_objects_a_learner_returns():
     assert verdict.status == "failed" and "which a check cannot read" in verdict.message
 
 
-def test_learner_text_loses_control_characters_and_csv_cells_are_never_formulas():
-    assert report.clean("a\x1b[2K\rb\x08\x07\tc\nd\u202e") == "a[2Kb\tc\nd"
+def test_learner_text_has_its_control_characters_escaped_and_csv_cells_are_never_formulas():
+    assert report.clean("a\x1b[2K\rb\x08\x07\tc\nd\u202e") == "a\\x1b[2K\\rb\\x08\\x07\\tc\nd\\u202e"
     assert [report.csv_cell(v) for v in ("=1+1", "+x", "-2", "@SUM", "ok", 3)] == ["'=1+1", "'+x", "'-2", "'@SUM",
                                                                                    "ok", "3"]
 

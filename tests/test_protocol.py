@@ -23,6 +23,7 @@ from attnlab.exercises._protocol import Verdict
 EFFECTS = _protocol.Effects(out="debug\n", err="oops\n", warnings=[_protocol.WarningRecord("RuntimeWarning", "nan")],
                             args_after=_wire.encode([np.eye(2), None]), reference_calls=["attnlab.softmax"])
 ONE_OF_EACH = [
+    _protocol.Hello("k" * 64),
     _protocol.Begin("2.2"),
     _protocol.Setup(["attnlab.softmax", "attnlab.softmax.softmax_inplace"]),
     _protocol.Call(_wire.encode([np.arange(3.0), (1, "a")], []), _wire.encode({"axis": -1})),

@@ -9,6 +9,7 @@ else: a hostile kernel can send only these messages, with only these fields.
 
 One check, as messages (kernel = K, grader = G)::
 
+    K -> G  Hello(key)                            the grading's secret: any other first message is closed unserved
     K -> G  Begin(exercise)
     G -> K  Setup(watch)                          the reference functions whose calls K reports
     G -> K  Call(args, kwargs)                    run the learner's function (repeated)
@@ -96,6 +97,11 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Hello:
+    key: str
+
+
+@dataclass(frozen=True)
 class Begin:
     exercise: str
 
@@ -155,7 +161,7 @@ class Decided:
 
 
 MESSAGES: dict[str, type] = {cls.__name__: cls for cls in (
-    Begin, Setup, Call, Callback, CallbackReturned, CallbackRaised, Returned, Raised, Unreadable, Decided)}
+    Hello, Begin, Setup, Call, Callback, CallbackReturned, CallbackRaised, Returned, Raised, Unreadable, Decided)}
 PARTS = (Where, ErrorReport, WarningRecord, Effects, Verdict)
 MAX_TEXT = 20_000  # characters in any one text field
 MAX_ITEMS = 1_000  # entries in any one list field

@@ -1,6 +1,7 @@
 """Grading a learner's "Try it" exercises through nbval: ``attnlab-check``.
 
 * :mod:`.runner`: one submission graded (the grading notebook, the nbval run, the records read back), and many;
+* :mod:`.sandbox` and :mod:`.isolation`: the bubblewrap sandbox of each grading, and its uid and cgroup on the host;
 * :mod:`.nbval_hooks`: the pytest plugin loaded into that nbval run;
 * :mod:`.report`: the table, the batch summary and the CSV;
 * :mod:`.cli`: the command line.

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from ..authoring import default_solutions_dir
-from . import runner, sandbox
-from .report import format_report, format_summary, write_csv
+from . import isolation, runner, sandbox
+from .report import format_report, format_summary, refuse_unsafe_output, write_csv
 from .runner import DEFAULT_TIMEOUT, available_cores
 
 
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
 
     missing = None if args.no_sandbox else sandbox.unavailable_reason()
     if args.notebook is not None:
-        if not args.notebook.is_file():
+        if not args.notebook.exists() and not args.notebook.is_symlink():
             parser.error(f"{args.notebook} is not a file")
         if missing:
             print(f"note: no sandbox ({missing}); your code runs with your own privileges, as in the notebook.")
@@ -57,10 +57,18 @@ def main(argv=None) -> int:
         return 2
     if not args.batch.is_dir():
         parser.error(f"{args.batch} is not a folder")
-    paths = sorted(p for p in args.batch.iterdir() if p.is_file() and not p.name.startswith("."))
+    if args.csv and refuse_unsafe_output(args.csv):
+        parser.error(refuse_unsafe_output(args.csv))
+    # every entry but folders: links, FIFOs and devices are listed too, and reported as not regular files
+    paths = sorted(p for p in args.batch.iterdir() if not p.name.startswith(".") and (p.is_symlink() or not p.is_dir()))
     if not paths:
         parser.error(f"no files in {args.batch}")
     jobs = args.jobs or available_cores()
+    no_cgroup = None if args.no_sandbox else isolation.cgroup_unavailable_reason()
+    if no_cgroup:
+        limits = runner.LIMITS
+        print(f"note: no cgroup per grading ({no_cgroup}): limits are per process only ({limits.memory // 2**30} "
+              f"GiB of memory each, {limits.processes} processes); --jobs {jobs} gradings may use {jobs} times that.")
     start = time.monotonic()
     reports = runner.grade_many(paths, solutions, args.timeout, jobs, use_sandbox=not args.no_sandbox)
     if args.csv:

@@ -4,8 +4,10 @@ This pytest process is the trusted side of a grading. The plugin
 
 * starts the learner's kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start
   is replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
-* listens on the check socket and, while nbval runs a check cell, judges that exercise (:mod:`.trusted`): the
-  kernel's ``check`` connects, the checker runs here and calls the learner's function across the socket;
+* listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
+  cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
+  grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
+  learner's function across the socket;
 * gives the cells of an exercise (metadata ``attnlab``) ``--nbval-cell-timeout`` and the notebook's own cells, which
   come from the solution notebook, the more generous ``--attnlab-setup-timeout``;
 * decides each exercise's one :class:`~attnlab.exercises._protocol.Verdict` here, when its cells have run: from the
@@ -17,6 +19,7 @@ This pytest process is the trusted side of a grading. The plugin
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import re
@@ -125,7 +128,9 @@ def pytest_configure(config):
     if hasattr(socket, "AF_UNIX"):
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(grading["socket"])
-        os.chmod(grading["socket"], 0o666)  # the sandbox's uid connects to it
+        os.chmod(grading["socket"], 0o600)  # in a folder of mode 0700 too: only the sandbox's uid connects to it
+        if grading.get("uid") is not None:
+            os.chown(grading["socket"], grading["uid"], grading["uid"])
     else:  # Windows: loopback TCP (never sandboxed there)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
@@ -138,6 +143,7 @@ def pytest_configure(config):
         nbval.kernel.start_new_kernel = _sandboxed_kernel_starter(grading)
     else:
         os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
+        os.environ["ATTNLAB_CHECK_KEY"] = grading.get("key", "")
         original = nbval.kernel.start_new_kernel
 
         def start(*args, **kwargs):
@@ -164,28 +170,43 @@ def _drain(listener) -> None:
         listener.setblocking(True)
 
 
-def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
-    from . import trusted
+def accept_kernel(listener, key: str, give_up: float, done: threading.Event | None = None, hello_seconds=5.0):
+    """The next connection whose first message is :class:`~attnlab.exercises._protocol.Hello` with this grading's
+    key, and its second message, a :class:`~attnlab.exercises._protocol.Begin`; None when none comes before
+    ``give_up`` (or ``done`` is set). Connections that do not start so (another user's, or one that says nothing for
+    ``hello_seconds``) are closed and the wait goes on."""
     from ...exercises import _protocol, _wire
 
-    grading, listener = _state["grading"], _state["listener"]
-    give_up = time.monotonic() + timeout + grading.get("connect_slack", 10.0)
     listener.settimeout(0.1)
     while True:  # until the kernel's check connects, or the check cell ends without it
         try:
             conn, _ = listener.accept()
-            break
         except socket.timeout:
-            if result["done"].is_set() or time.monotonic() > give_up:
-                return  # the kernel's check never called: the check cell failed before it, or check was replaced
+            if (done is not None and done.is_set()) or time.monotonic() > give_up:
+                return None  # the kernel's check never called: the check cell failed before it, or check was replaced
+            continue
         except OSError:
-            return
-    with conn:
+            return None
         try:
-            conn.settimeout(timeout)
-            begin = _protocol.recv(conn, expect=(_protocol.Begin,))
-        except (OSError, _wire.WireError, ConnectionError):
-            return
+            hello = _protocol.recv(conn, time.monotonic() + hello_seconds, expect=(_protocol.Hello,))
+            if hmac.compare_digest(hello.key.encode(), key.encode()):
+                return conn, _protocol.recv(conn, time.monotonic() + hello_seconds, expect=(_protocol.Begin,))
+        except (OSError, _wire.WireError, ConnectionError, TimeoutError):
+            pass
+        conn.close()
+
+
+def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
+    from . import trusted
+
+    grading, listener = _state["grading"], _state["listener"]
+    give_up = time.monotonic() + timeout + grading.get("connect_slack", 10.0)
+    accepted = accept_kernel(listener, grading.get("key", ""), give_up, result["done"], max(timeout, 5.0))
+    if accepted is None:
+        return
+    conn, begin = accepted
+    conn.settimeout(timeout)
+    with conn:
         if begin.exercise != exercise_id:
             verdict = trusted.Verdict(exercise_id, "failed", "the check cell checked another exercise "
                                                              f"({begin.exercise[:20]!r})")

@@ -3,38 +3,91 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
+import stat
 
 from .runner import STATUSES, Report
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# control characters, line and paragraph separators, zero-width and bidirectional marks, and lone surrogates (the
+# undecodable bytes of a file name)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_FORMULA_START = ("=", "+", "-", "@")
+
+
+def _escape(match) -> str:
+    char = match.group()
+    if char in _NAMED:
+        return _NAMED[char]
+    if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8
+        return f"\\x{ord(char) - 0xdc00:02x}"
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def one_line(text) -> str:
+    """Learner-derived text shown on one line: a newline as ``\\n``, every other control character (escape
+    sequences, carriage returns, backspaces, bidirectional overrides, undecodable bytes) escaped alike."""
+    return _CONTROL.sub(_escape, str(text))
 
 
 def clean(text) -> str:
-    """Learner-derived text made safe for a terminal or a file: every control character but newline and tab
-    removed (escape sequences, carriage returns, backspaces, bidirectional overrides)."""
-    return _CONTROL.sub("", str(text))
+    """A message of several lines made safe for a terminal or a file: each line as :func:`one_line` shows it."""
+    return "\n".join(one_line(line) for line in str(text).split("\n"))
 
 
 def csv_cell(value) -> str:
-    """A CSV cell that a spreadsheet shows as text: cleaned, and prefixed with ' when it starts like a formula."""
-    text = clean(value)
+    """A CSV cell that a spreadsheet shows as text, on one line, prefixed with ' when it starts like a formula."""
+    text = one_line(value)
     return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def refuse_unsafe_output(path) -> str | None:
+    """Why the grader will not write to ``path`` (a link, a FIFO, a device or a folder), else None."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link; the grader does not write through links (remove it or pick another name)"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file (a folder, FIFO or device); pick another name"
+    return None
+
+
+def open_output(path):
+    """``path`` opened for writing text without following a link or waiting on a FIFO (OSError otherwise)."""
+    why = refuse_unsafe_output(path)
+    if why:
+        raise OSError(why)
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for something else since the check
+            raise OSError(f"{path} is not a regular file")
+        os.ftruncate(fd, 0)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return open(fd, "w", newline="", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def format_report(report: Report) -> str:
     """The per-exercise table printed by ``attnlab-check``."""
-    lines = [clean(report.path) + (f"  (notebook {clean(report.notebook)})" if report.notebook else "")]
+    lines = [one_line(report.path) + (f"  (notebook {one_line(report.notebook)})" if report.notebook else "")]
     if report.problem:
-        return "\n".join(lines + [f"  cannot grade: {clean(report.problem)}"])
+        return "\n".join(lines + [f"  cannot grade: {one_line(report.problem)}"])
     width = max([len("exercise")] + [len(r.exercise) for r in report.results])
     lines.append(f"  {'exercise':<{width}}  {'result':<13}  details")
     for r in report.results:
         message = clean(r.message).splitlines() or [""]
         lines.append(f"  {r.exercise:<{width}}  {r.status:<13}  {message[0]}".rstrip())
         lines += [f"  {'':<{width}}  {'':<13}  {m}".rstrip() for m in message[1:]]
-    lines += [f"  note: {clean(n)}" for n in report.notes]
+    lines += [f"  note: {one_line(n)}" for n in report.notes]
     n_passed = sum(r.status == "passed" for r in report.results)
     lines.append(f"{n_passed} of {len(report.results)} exercises passed.")
     return "\n".join(lines)
@@ -47,7 +100,7 @@ def _exercise_key(ex_id: str):
 def write_csv(reports: list[Report], path) -> None:
     """One row per learner (the file name without its suffix), one column per exercise."""
     exercises = sorted({r.exercise for rep in reports for r in rep.results}, key=_exercise_key)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open_output(path) as f:
         writer = csv.writer(f)
         writer.writerow(["learner", "file", "notebook", "passed", "total", *exercises, "details"])
         for rep in reports:
@@ -74,7 +127,7 @@ def format_summary(reports: list[Report], seconds: float, jobs: int) -> str:
         lines.append(f"All exercises passed: {sum(r.passed for r in graded)} of {len(graded)} learners.")
     for rep in reports:
         if rep.problem:
-            lines.append(f"Could not grade {clean(rep.path.name)}: {clean(rep.problem)}")
+            lines.append(f"Could not grade {one_line(rep.path.name)}: {one_line(rep.problem)}")
     return "\n".join(lines)
 
 

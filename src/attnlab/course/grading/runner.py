@@ -30,15 +30,17 @@ own processes and sandbox.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
+import errno
 import json
 import os
-import queue
 import re
 import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,8 +51,15 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox
-from ..authoring import Exercise, FormatError, cell_role, default_solutions_dir, find_exercises, passed_line
+from . import isolation, sandbox
+from ..authoring import (
+    Exercise,
+    FormatError,
+    cell_role,
+    default_solutions_dir,
+    find_exercises,
+    passed_line,
+)
 from ...exercises import _protocol, _wire
 from ...exercises._protocol import STATUSES, Verdict
 
@@ -60,7 +69,12 @@ _NBVAL_MARKER = re.compile(r"^\s*#+\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\
 _KERNEL_DEAD = "Kernel dead"
 MAX_FILE_BYTES = 20 * 2**20  # a submission larger than this is not read
 MAX_CELL_CHARS = 100_000  # an exercise cell longer than this is not run
+MAX_NAME_CHARS = 200  # a submission's file name longer than this is not graded
+READ_SECONDS = 10.0  # reading one submission may take this long
+NOT_REGULAR = "not a regular file (a link, folder, FIFO or device is not graded: copy the notebook itself)"
+_NOTEBOOK_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 GRADER_MEMORY = 4 * 2**30  # address space of the trusted pytest process that runs nbval for one submission
+LIMITS = sandbox.Limits()  # of every sandboxed grading (per process, and per grading where a cgroup can be made)
 
 
 class SubmissionError(Exception):
@@ -89,23 +103,79 @@ class Report:
 # --- finding the pieces ------------------------------------------------------------------------------------------
 
 
-def read_submission(path: Path):
-    """The submission as a v4 notebook whose cells have the shape the grader relies on, or SubmissionError."""
+def read_regular_file(path, limit: int = MAX_FILE_BYTES, seconds: float = READ_SECONDS) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, read within ``seconds``.
+
+    A submission is a file the instructor collected, so it is opened without following a link (``O_NOFOLLOW``) and
+    without waiting for a writer (``O_NONBLOCK``: a FIFO or a device never blocks the batch), and checked with
+    ``fstat``; the messages never quote what the file holds.
+    """
     try:
-        size = Path(path).stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise SubmissionError(f"the file is {size / 2**20:.0f} MiB; the grader reads notebooks of up to "
-                                  f"{MAX_FILE_BYTES // 2**20} MiB (clear the outputs and save again)")
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SubmissionError("not a notebook (not a text file)") from None
+        before = os.lstat(path)
     except OSError as exc:
         raise SubmissionError(f"cannot read the file: {exc.strerror}") from None
+    if not stat.S_ISREG(before.st_mode):
+        raise SubmissionError(NOT_REGULAR)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.ENODEV):  # replaced by a link or a device since lstat
+            raise SubmissionError(NOT_REGULAR) from None
+        raise SubmissionError(f"cannot read the file: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
+            raise SubmissionError(NOT_REGULAR)
+        if info.st_size > limit:
+            raise SubmissionError(_too_large(info.st_size, limit))
+        chunks, total, give_up = [], 0, time.monotonic() + seconds
+        while True:
+            if time.monotonic() > give_up:
+                raise SubmissionError(f"reading the file took longer than {seconds:g} s")
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:  # a file of /proc or /sys that waits for data: not a notebook on disk
+                raise SubmissionError(NOT_REGULAR) from None
+            except OSError as exc:
+                raise SubmissionError(f"cannot read the file: {exc.strerror}") from None
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > limit:  # it grew while being read
+                raise SubmissionError(_too_large(total, limit))
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (f"the file is {size / 2**20:.0f} MiB; the grader reads notebooks of up to {limit // 2**20} MiB (clear the "
+            "outputs and save again)")
+
+
+def check_file_name(path) -> None:
+    """SubmissionError for a file name the grader will not take (longer than ``MAX_NAME_CHARS``)."""
+    name = Path(path).name
+    if len(name) > MAX_NAME_CHARS:
+        raise SubmissionError(f"the file name is {len(name)} characters long; the grader takes names of up to "
+                              f"{MAX_NAME_CHARS} (rename the file)")
+
+
+def read_submission(path: Path):
+    """The submission as a v4 notebook whose cells have the shape the grader relies on, or SubmissionError."""
+    check_file_name(path)
+    try:
+        text = read_regular_file(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SubmissionError("not a notebook (not a text file)") from None
     try:
         nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # nbformat raises several kinds on bad JSON, deep nesting or an unknown format
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SubmissionError(f"not a notebook ({first[:120]})") from None
+        # named by kind only: nbformat's messages quote the file, which may be anything the learner linked to
+        why = {"NotJSONError": "not JSON", "RecursionError": "nested too deeply"}.get(type(exc).__name__,
+                                                                                     "not a known notebook format")
+        raise SubmissionError(f"not a notebook ({why})") from None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise SubmissionError("not a notebook (no cells)")
     if not isinstance(nb.get("metadata"), dict):
@@ -133,6 +203,12 @@ def find_solution(learner, path: Path, solutions_dir: Path) -> Path:
     solutions_dir = Path(solutions_dir)
     meta = learner.get("metadata", {}).get("attnlab")
     notebook_id = meta.get("notebook") if isinstance(meta, dict) else None
+    if isinstance(meta, dict) and "notebook" in meta and not (
+            isinstance(notebook_id, str) and _NOTEBOOK_ID.fullmatch(notebook_id)):
+        what = ("not text" if not isinstance(notebook_id, str) else f"{len(notebook_id)} characters long"
+                if len(notebook_id) > 100 else "a character other than letters, digits, '_', '.' and '-'")
+        raise SubmissionError(f"the notebook id in the file's metadata (attnlab.notebook) is not a course notebook "
+                              f"name ({what})")
     candidates = []
     if isinstance(notebook_id, str):
         candidates.append(solutions_dir / f"{Path(notebook_id).name}.ipynb")
@@ -249,21 +325,20 @@ def _limit_grader_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
 
 
-def _sandbox_uid(slot: int) -> int | None:
-    """When the grader is root, each concurrent grading runs as an unprivileged uid of its own."""
-    if os.geteuid() != 0:
-        return None
-    return 200_000 + (os.getpid() % 100_000) * 16 + slot % 16
-
-
-def _runtime_dir(tmp: Path, uid: int | None) -> Path:
-    """The kernel's own folder: connection file, sockets, IPython profile, matplotlib's font cache."""
-    runtime = tmp / "run"
-    profile = runtime / "ipython" / "profile_default"
+def _runtime_dir(tmp: Path, uid: int | None) -> tuple[Path, Path]:
+    """The kernel's own folder (connection file, sockets, IPython profile, matplotlib's font cache), private to the
+    grading (mode 0700), and the folder its first contents are written to. Without root they are the same folder;
+    as root the runtime folder is a tmpfs of the grading's own mount namespace (see :func:`.sandbox.private_runtime`)
+    and the contents are copied into it from ``seed``."""
+    runtime = seed = tmp / "run"
+    runtime.mkdir(mode=0o700)
+    if uid is not None:
+        seed = tmp / "seed"
+    profile = seed / "ipython" / "profile_default"
     profile.mkdir(parents=True)
     (profile / "ipython_kernel_config.py").write_text(
         "c.InlineBackend.figure_formats = set()\nc.HistoryManager.enabled = False\n")
-    mpl = runtime / "mpl"
+    mpl = seed / "mpl"
     mpl.mkdir()
     try:
         import matplotlib
@@ -272,24 +347,33 @@ def _runtime_dir(tmp: Path, uid: int | None) -> Path:
             shutil.copy(cache, mpl / cache.name)  # no font scan in every kernel
     except Exception:  # no matplotlib, or no cache yet: the kernel builds its own
         pass
-    if uid is not None:
-        for path in [runtime, *runtime.rglob("*")]:
-            os.chown(path, uid, uid)
-    return runtime
+    os.chmod(seed, 0o700)
+    return runtime, seed
+
+
+@contextlib.contextmanager
+def _host(use_sandbox: bool):
+    """The grading's leased uid and cgroup on the host (:mod:`.isolation`), ended however the run ends."""
+    host = isolation.start_grading(use_sandbox, LIMITS)
+    try:
+        yield host
+    finally:
+        host.end()
 
 
 def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP_TIMEOUT, *, use_sandbox=False,
-              grading: dict | None = None, slot: int = 0, deadline: float | None = None) -> Run:
+              grading: dict | None = None, deadline: float | None = None) -> Run:
     """Run ``nb`` with strict nbval in a fresh temporary directory, the kernel sandboxed when ``use_sandbox``.
 
     ``grading`` (exercise sources, tokens and seed) turns on the trusted checks; without it the check cells judge
     themselves in the kernel, as in a learner's own run.
     """
-    with tempfile.TemporaryDirectory(prefix="attnlab-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="attnlab-grade-") as tmp, _host(use_sandbox and bool(grading)) as host:
         tmp = Path(tmp)
-        os.chmod(tmp, 0o711)  # the sandbox's uid must reach its folder inside
-        uid = _sandbox_uid(slot) if use_sandbox else None
-        runtime = _runtime_dir(tmp, uid)
+        uid = host.uid
+        if uid is not None:
+            os.chmod(tmp, 0o711)  # the sandbox's uid must reach its folder inside
+        runtime, seed = _runtime_dir(tmp, uid)
         trusted_dir = tmp / "trusted"  # never shown to the kernel
         trusted_dir.mkdir(mode=0o700)
         notebook, record, ini = trusted_dir / "submission.ipynb", trusted_dir / "record.jsonl", tmp / "pytest.ini"
@@ -307,16 +391,22 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         env["IPYTHONDIR"] = str(runtime / "ipython")
         env["MPLCONFIGDIR"] = str(runtime / "mpl")
         if grading is not None:
-            config = {**grading, "socket": str(runtime / "check.sock"), "runtime": str(runtime), "uid": uid}
+            config = {**grading, "socket": str(runtime / "check.sock"), "runtime": str(runtime), "uid": uid,
+                      "key": secrets.token_hex(32)}  # the first message on the socket must carry it
             if use_sandbox:
                 box = sandbox.Config(
                     runtime=str(runtime), read_only=sandbox.python_paths(), hidden=sandbox.hidden_paths(), uid=uid,
-                    env={"ATTNLAB_CHECK_SOCKET": config["socket"], "IPYTHONDIR": env["IPYTHONDIR"],
-                         "MPLCONFIGDIR": env["MPLCONFIGDIR"]})
+                    env={"ATTNLAB_CHECK_SOCKET": config["socket"], "ATTNLAB_CHECK_KEY": config["key"],
+                         "IPYTHONDIR": env["IPYTHONDIR"], "MPLCONFIGDIR": env["MPLCONFIGDIR"]},
+                    limits=LIMITS, cgroup_procs=host.cgroup.procs_files if host.cgroup else [],
+                    runtime_seed=str(seed) if seed != runtime else "")
                 box.write(trusted_dir / "sandbox.json")
                 config["sandbox_config"] = str(trusted_dir / "sandbox.json")
             (trusted_dir / "grading.json").write_text(json.dumps(config), encoding="utf-8")
             command.insert(-1, f"--attnlab-grading={trusted_dir / 'grading.json'}")
+        if uid is not None:  # as root: the runtime folder becomes a private tmpfs
+            command = [sys.executable, "-I", "-S", sandbox.__file__, "--private-runtime",
+                       str(trusted_dir / "sandbox.json"), "--", *command]
         limit = deadline or (setup_timeout + 60 + len(nb.cells) * (timeout + 10))
         proc = subprocess.Popen(command, cwd=trusted_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True,
@@ -331,8 +421,7 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         finally:
             if proc.poll() is None:
                 _kill(proc)
-            if uid is not None:
-                sandbox.kill_uid(uid)  # whatever the submission left running, signals ignored or not
+            host.end()  # whatever the submission left running, signals ignored or not: its cgroup, its uid
         lines = record.read_text(encoding="utf-8", errors="replace").splitlines() if record.exists() else []
         if not lines and not deadline_hit:
             tail = "\n".join(log.strip().splitlines()[-15:])
@@ -424,12 +513,11 @@ def _read_records(run, pending: list[str], timeout: float):
     return results, notes, culprit
 
 
-def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_sandbox: bool = False,
-          slot: int = 0) -> Report:
+def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_sandbox: bool = False) -> Report:
     """Grade one submission; never raises for a bad submission (see ``Report.problem``).
 
-    ``use_sandbox`` runs the learner's kernel in a bubblewrap sandbox (Linux; see :mod:`.sandbox`); ``slot`` tells
-    concurrent gradings apart (each gets its own uid when the grader is root).
+    ``use_sandbox`` runs the learner's kernel in a bubblewrap sandbox (Linux; see :mod:`.sandbox`); as root, each
+    run also gets a uid and a cgroup of its own (:mod:`.isolation`), whatever else runs at the same time.
     """
     start = time.monotonic()
     report = Report(Path(path))
@@ -438,14 +526,14 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
         try:
             solution_path = find_solution(learner, report.path, solutions_dir or default_solutions_dir())
         except (AttributeError, TypeError, KeyError, ValueError) as exc:  # valid JSON, not shaped like a notebook
-            raise SubmissionError(f"not a valid notebook ({type(exc).__name__}: {exc})") from None
+            raise SubmissionError(f"not a valid notebook ({type(exc).__name__})") from None
         report.notebook = solution_path.stem
         solution = nbformat.read(solution_path, as_version=4)
         exercises = find_exercises(solution, str(solution_path))
         try:
             cells = learner_exercise_cells(learner, solution, exercises)
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
-            raise SubmissionError(f"not a valid notebook ({type(exc).__name__}: {exc})") from None
+            raise SubmissionError(f"not a valid notebook ({type(exc).__name__})") from None
         results = {ex.id: Result(ex.id, "missing", "the exercise cell is not in your notebook (deleted?)")
                    for ex in exercises if cells[ex.id] is None}
         for ex in exercises:
@@ -462,7 +550,7 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
         while len(results) < len(exercises):
             pending = [ex.id for ex in exercises if ex.id not in results]
             nb = grading_notebook(solution, exercises, cells, skip, grading["tokens"])
-            run = run_nbval(nb, timeout, use_sandbox=use_sandbox, grading=grading, slot=slot,
+            run = run_nbval(nb, timeout, use_sandbox=use_sandbox, grading=grading,
                             deadline=deadline_for(len(pending), timeout, SETUP_TIMEOUT))
             found, notes, culprit = _read_records(run, pending, timeout)
             results.update(found)
@@ -499,16 +587,9 @@ def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs
 
     paths = [Path(p) for p in paths]
     jobs = max(1, jobs or available_cores())
-    slots: queue.Queue = queue.Queue()
-    for slot in range(jobs):
-        slots.put(slot)
 
     def one(path):
-        slot = slots.get()
-        try:
-            return grade(path, solutions_dir, timeout, use_sandbox=use_sandbox, slot=slot)
-        finally:
-            slots.put(slot)
+        return grade(path, solutions_dir, timeout, use_sandbox=use_sandbox)
 
     reports: dict[Path, Report] = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:

@@ -4,15 +4,23 @@ What the kernel sees (:func:`bwrap_args`): a read-only view of the system librar
 virtual environment and the ``attnlab`` package with its course tooling (``attnlab/course``: the grader and any
 shipped solutions) hidden; a private ``/tmp`` and working folder (small tmpfs); its own PID, network (loopback only,
 nothing listening), IPC, UTS and user namespaces; uid 1000, not root; no environment but a few variables; and one
-writable folder of its own on the host, which holds its connection file and sockets. It dies with its parent
+writable runtime folder of its own (mode 0700), which holds its connection file and sockets. It dies with its parent
 (``--die-with-parent``), and everything it starts dies with it (its PID namespace).
 
 Limits (:class:`Limits`) are set with ``setrlimit`` before bubblewrap starts: address space (memory), processes,
 open files, file size and CPU time. When the grader runs as root, the sandbox also runs as an unprivileged uid of its
-own outside (root is exempt from the process limit): this launcher, still root, makes the paths the kernel needs
-reachable for that uid with bind mounts in a private mount namespace, then drops to it and starts bubblewrap.
+own outside (root is exempt from the process limit; the uid is leased by :mod:`.isolation`): this launcher, still
+root, joins the grading's cgroup (aggregate memory, processes and CPU), makes the paths the kernel needs reachable
+for that uid with bind mounts in a private mount namespace, gives the kernel one scratch tmpfs with a size and an
+inode limit for its ``/tmp``, home and ``/dev/shm``, then drops to that uid and starts bubblewrap. Without root, each
+of those three is a tmpfs of bubblewrap with a size limit only.
+
+The same script also starts the grader's trusted pytest process of a grading run as root
+(``--private-runtime``): in a mount namespace of its own, the sandbox's runtime folder becomes a tmpfs with a size
+and an inode limit, mode 0700 and owned by the sandbox's uid, so that neither the host disk nor other users see it.
 
     python -m attnlab.course.grading.sandbox CONFIG.json -- COMMAND...    # the kernel command nbval runs
+    python -m attnlab.course.grading.sandbox --private-runtime CONFIG.json -- COMMAND...  # the grader's pytest
 """
 
 from __future__ import annotations
@@ -44,7 +52,11 @@ class Limits:
     open_files: int = 1024
     file_size: int = 64 * 2**20  # bytes, largest file it may write
     cpu_seconds: int = 300  # per process
-    tmp_size: int = 256 * 2**20  # bytes of each private tmpfs
+    tmp_size: int = 256 * 2**20  # bytes of the private tmpfs (as root: one for /tmp, home and /dev/shm together)
+    inodes: int = 10_000  # files and folders of each private tmpfs (as root)
+    runtime_size: int = 32 * 2**20  # bytes of the runtime folder, a tmpfs (as root)
+    memory_total: int = 4 * 2**30  # bytes of memory of the whole sandbox, tmpfs and kernel memory included (cgroup)
+    cpus: float = 1.0  # CPUs the whole sandbox may keep busy (cgroup)
 
 
 @dataclass
@@ -57,6 +69,8 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     uid: int | None = None  # outside uid to run as (only when the grader is root)
     limits: Limits = field(default_factory=Limits)
+    cgroup_procs: list[str] = field(default_factory=list)  # the grading's cgroup: files to write our pid into
+    runtime_seed: str = ""  # with --private-runtime: what to copy into the runtime tmpfs
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")
@@ -136,21 +150,24 @@ def hidden_paths() -> list[str]:
     return [str(Path(attnlab.__file__).resolve().parent / "course")]
 
 
-def bwrap_args(config: Config, sources: dict[str, str] | None = None) -> list[str]:
-    """The bubblewrap command line; ``sources`` maps a path to where the launcher staged it (root only)."""
+def bwrap_args(config: Config, sources: dict[str, str] | None = None, scratch: str | None = None) -> list[str]:
+    """The bubblewrap command line; ``sources`` maps a path to where the launcher staged it, and ``scratch`` is
+    the launcher's tmpfs with folders tmp, home and shm (root only)."""
     sources = sources or {}
     limits = config.limits
+
+    def private(path: str, part: str) -> list[str]:
+        return ["--bind", f"{scratch}/{part}", path] if scratch else ["--size", str(limits.tmp_size), "--tmpfs", path]
+
     args = [bwrap_path() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox", *_system_binds(),
-            "--size", str(limits.tmp_size), "--tmpfs", "/tmp"]  # first: read-only folders may live under /tmp
+            *private("/tmp", "tmp")]  # first: read-only folders may live under /tmp
     for path in config.read_only:
         args += ["--ro-bind", sources.get(path, path), path]
     for path in config.hidden:
         if Path(path).exists():
             args += ["--tmpfs", path, "--remount-ro", path]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.tmp_size), "--tmpfs", "/dev/shm",
-             "--size", str(limits.tmp_size), "--tmpfs", HOME,
+    args += ["--proc", "/proc", "--dev", "/dev", *private("/dev/shm", "shm"), *private(HOME, "home"),
              "--bind", sources.get(config.runtime, config.runtime), config.runtime,
              "--chdir", HOME, "--clearenv"]
     env = {"HOME": HOME, "USER": "learner", "LOGNAME": "learner", "PATH": f"{sys.prefix}/bin:/usr/bin:/bin",
@@ -163,7 +180,7 @@ def bwrap_args(config: Config, sources: dict[str, str] | None = None) -> list[st
 # --- the launcher ---------------------------------------------------------------------------------------------------
 
 _CLONE_NEWNS = 0x00020000
-_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 16384, 1 << 18
 
 
 def _libc():
@@ -195,6 +212,35 @@ def stage_for_uid(config: Config) -> dict[str, str]:
     return sources
 
 
+def _mount_tmpfs(libc, target: Path, size: int, inodes: int, uid: int, mode: str = "0700") -> None:
+    options = f"size={size},nr_inodes={inodes},mode={mode},uid={uid},gid={uid}".encode()
+    _check(libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options), f"tmpfs {target}")
+
+
+def scratch_for_uid(config: Config, uid: int) -> str:
+    """As root, in the launcher's mount namespace: one tmpfs for the kernel's /tmp, home and /dev/shm, with a size
+    and an inode limit (bubblewrap's own tmpfs has no inode limit), owned by ``uid``."""
+    libc = _libc()
+    scratch = Path(config.runtime).parent / "stage" / "scratch"
+    scratch.mkdir(mode=0o700, exist_ok=True)
+    _mount_tmpfs(libc, scratch, config.limits.tmp_size, config.limits.inodes, uid)
+    for part in ("tmp", "home", "shm"):
+        (scratch / part).mkdir(mode=0o1777 if part != "home" else 0o700)
+        os.chmod(scratch / part, 0o1777 if part != "home" else 0o700)
+        os.chown(scratch / part, uid, uid)
+    return str(scratch)
+
+
+def join_cgroup(config: Config) -> None:
+    """Move this process (and so everything it starts) into the grading's cgroup."""
+    for procs in config.cgroup_procs:
+        fd = os.open(procs, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+
 def _set_limits(limits: Limits, uid: int) -> None:
     running = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == uid)
     for name, value in ((resource.RLIMIT_AS, limits.memory), (resource.RLIMIT_NOFILE, limits.open_files),
@@ -214,12 +260,14 @@ def _owner(proc: Path) -> int | None:
 
 def launch(config: Config, command: list[str]) -> None:
     """Replace this process with bubblewrap running ``command`` (see the module docstring)."""
-    sources = {}
+    sources, scratch = {}, None
     uid = os.getuid()
+    join_cgroup(config)
     if os.geteuid() == 0 and config.uid is not None:
         sources = stage_for_uid(config)
         uid = config.uid
-    args = bwrap_args(config, sources) + ["--", *command]  # while the grader's own paths can still be seen
+        scratch = scratch_for_uid(config, uid)
+    args = bwrap_args(config, sources, scratch) + ["--", *command]  # while the grader's own paths can be seen
     _set_limits(config.limits, uid)
     if uid != os.getuid():
         os.setgroups([])
@@ -228,23 +276,26 @@ def launch(config: Config, command: list[str]) -> None:
     os.execv(args[0], args)
 
 
-def kill_uid(uid: int) -> int:
-    """As root: SIGKILL every process of ``uid`` (a sandbox's own uid); the number killed."""
-    import signal
-
-    killed = 0
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and _owner(proc) == uid:
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-    return killed
+def private_runtime(config: Config, command: list[str]) -> None:
+    """As root: run ``command`` (the grader's pytest) in a mount namespace of its own, where the runtime folder is
+    a tmpfs with a size and an inode limit, mode 0700, owned by the sandbox's uid and filled from ``runtime_seed``."""
+    libc = _libc()
+    _check(libc.unshare(_CLONE_NEWNS), "unshare")
+    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    uid = config.uid if config.uid is not None else os.getuid()
+    _mount_tmpfs(libc, Path(config.runtime), config.limits.runtime_size, config.limits.inodes, uid)
+    if config.runtime_seed:
+        shutil.copytree(config.runtime_seed, config.runtime, dirs_exist_ok=True, symlinks=True)
+        for path in [Path(config.runtime), *Path(config.runtime).rglob("*")]:
+            os.lchown(path, uid, uid)
+    os.execv(command[0], command)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--private-runtime"] and len(argv) >= 4 and argv[2] == "--":
+        private_runtime(Config.read(argv[1]), argv[3:])
+        return 1  # not reached
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m attnlab.course.grading.sandbox CONFIG.json -- COMMAND...", file=sys.stderr)
         return 2
