@@ -138,11 +138,13 @@ def test_a_uid_with_a_process_or_held_by_another_grader_is_skipped():
                                f"lease = isolation.lease_uid({base.uid + 1})\nprint(lease.uid, flush=True)\n"
                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
-        held = int(holder.stdout.readline())
-        assert held == base.uid + 1, "the other grader leased the next uid"
-        lease = isolation.lease_uid(base.uid)
-        assert lease.uid not in (base.uid, held), "a uid with a process, or leased by another grader, is skipped"
-        lease.release()
+        held = int(holder.stdout.readline())  # base.uid + 1, or a later one if a concurrent grading holds that
+        for start, taken in ((base.uid, "a uid with a process"), (held, "a uid leased by another grader")):
+            lease = isolation.lease_uid(start)
+            try:
+                assert lease.uid not in (base.uid, held), f"{taken} is skipped"
+            finally:
+                lease.release()
     finally:
         sleeper.kill()
         holder.kill()
@@ -273,7 +275,11 @@ def test_the_check_socket_serves_only_a_connection_that_knows_the_gradings_key(t
         assert begin == _protocol.Begin("2.1")
         for sock in strangers:
             sock.settimeout(2)
-            assert sock.recv(1) == b"", "a connection without the key is closed unanswered"
+            try:
+                answer = sock.recv(1)
+            except ConnectionResetError:  # closed with the stranger's Begin unread: a reset, not an answer
+                answer = b""
+            assert answer == b"", "a connection without the key is closed unanswered"
         assert nbval_hooks.accept_kernel(listener, "k" * 64, time.monotonic() + 0.3) is None
         for sock in [conn, kernel, *strangers]:
             sock.close()
