@@ -51,6 +51,7 @@ from attnlab import (
     project_qkv,
     projection_flops,
     repeat_kv,
+    rope,
     score_bytes,
     sliding_window_mask,
     softmax,
@@ -176,6 +177,16 @@ CASES = [
     ("repeat_kv", lambda: repeat_kv(f(4, 5, 2), 6), "H=6 is not a multiple of Hkv=4"),
     ("repeat_kv", lambda: repeat_kv(f(2, 5, 2), 0), "H must be >= 1, got 0"),
     ("repeat_kv", lambda: repeat_kv(f(5, 2), 2), "x must have at least 3 dimension(s), got shape (5, 2)"),
+    ("rope", lambda: rope(f(3, 5)), "x must have an even width D (RoPE rotates pairs of coordinates), got D=5"),
+    ("rope", lambda: rope(f(4)), "x must have at least 2 dimension(s), got shape (4,)"),
+    ("rope", lambda: rope(np.ones((3, 4), dtype=int)), "x must be a floating-point array (float16/32/64), got dtype"),
+    ("rope", lambda: rope(f(3, 4), [0.0, 1.0, 2.0]), "positions must be an integer array of shape (..., T), got float64"),
+    ("rope", lambda: rope(f(3, 4), [0, 1]), "positions must have shape (..., T) with T=3 (x has shape (3, 4)), got shape (2,)"),
+    ("rope", lambda: rope(f(3, 4), [0, -1, 2]), "positions must be >= 0, got -1"),
+    ("rope", lambda: rope(f(2, 4, 3, 4), np.zeros((2, 3), dtype=int)),
+     "positions of shape (2, 3) do not broadcast against x's (..., T) = (2, 4, 3); for x of shape (B, H, T, D)"),
+    ("rope", lambda: rope(f(3, 4), np.zeros((2, 3), dtype=int)), "positions of shape (2, 3) have more axes than x's"),
+    ("rope", lambda: rope(f(3, 4), base=1.0), "base must be a finite number > 1, got 1.0"),
     ("repeat_kv", lambda: repeat_kv(i(1, 5, 2), 2),
      "x must be a floating-point array (float16/32/64), got dtype int64"),
     # online softmax and tiled attention
@@ -451,3 +462,4 @@ def test_valid_input_right_next_to_each_boundary_is_accepted():
     assert attention(f(3, 4), f(5, 4), f(5, 4), scale=1e-300).shape == (3, 4)
     assert score_bytes(1, 1, dtype=1) == 1 and format_bytes(0) == "0 B"
     assert init_weights(6, 3, 1).Hkv == 1 and repeat_kv(f(1, 2, 2), 1).shape == (1, 2, 2)
+    assert rope(f(1, 2), [0], base=1.0001).shape == (1, 2)

@@ -166,6 +166,18 @@ def cross_naive_softmax(x, y, W_q, W_k, W_v):
     return w @ v, w
 
 
+def cross_values_from_x(x, y, W_q, W_k, W_v):
+    q, k, v = x @ W_q, y @ W_k, x @ W_v  # v from x: (T, Dv), but the weights are (T, S)
+    w = softmax_ref(q @ k.T / np.sqrt(q.shape[-1]))
+    return w @ v, w
+
+
+def cross_values_from_x_dot(x, y, W_q, W_k, W_v):
+    q, k, v = x @ W_q, y @ W_k, np.dot(x, W_v)
+    w = softmax_ref(np.dot(q, k.T) / np.sqrt(q.shape[-1]))
+    return np.dot(w, v), w
+
+
 def cross_transposed(x, y, W_q, W_k, W_v):
     q, k, v = x @ W_q, y @ W_k, y @ W_v
     w = softmax_axis0(k @ q.T / np.sqrt(q.shape[-1]))  # (S, T)
@@ -219,6 +231,8 @@ def test_1_2_the_checker_accepts_the_reference_but_not_as_an_answer():
     (_cross_with(order="wo"), "you returned (weights, out)"),
     (cross_naive_softmax, "NaN or inf when the scores are large"),
     (cross_transposed, "one row per key instead of one row per query"),
+    (cross_values_from_x, "raised numpy's ValueError when it multiplied the weights, (T, S) = (3, 5), by an array with T = 3 rows: did you take the values from x?"),
+    (cross_values_from_x_dot, "did you take the values from x?"),
     (cross_out_only, "returned one array"),
     (cross_wrong_output, "your weights are right but your output is not"),
 ])
@@ -227,6 +241,14 @@ def test_1_2_diagnoses(fn, message):
         check("1.2", fn)
     assert message in str(info.value)
     assert "expected:" in str(info.value) and "got:" in str(info.value)
+
+
+def test_1_2_other_value_errors_of_the_learner_propagate():
+    def cross_raises(x, y, W_q, W_k, W_v):
+        raise ValueError("an error of the learner's own")
+
+    with pytest.raises(ValueError, match="an error of the learner's own"):
+        check("1.2", cross_raises)
 
 
 def test_1_2_unattempted(capsys):

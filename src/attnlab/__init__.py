@@ -60,6 +60,7 @@ from .model import (
     train,
 )
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
+from .position import rope
 from .softmax import softmax
 
 __version__ = "0.1.0"
@@ -71,7 +72,8 @@ __all__ = [
     "format_bytes", "generate", "init_model", "init_weights", "kv_cache_bytes", "limit_threads", "loss_and_grads",
     "matmul_flops",
     "merge_heads", "model_forward", "multi_head_attention", "online_softmax", "online_softmax_stats", "padding_mask",
-    "position_ids", "project_qkv", "projection_flops", "repeat_kv", "score_bytes", "sliding_window_mask", "softmax",
+    "position_ids", "project_qkv", "projection_flops", "repeat_kv", "rope", "score_bytes",
+    "sliding_window_mask", "softmax",
     "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "train",
 ]
 

@@ -300,6 +300,25 @@ def _check_pair(result, inputs: dict):
     return out, weights
 
 
+# numpy's messages for weights (T, S) @ an array with T rows, as `@`/np.matmul and np.dot word them: the values (or
+# the averaged rows) came from x, which has T rows, instead of from y, which has S
+_T_ROWS_INSTEAD_OF_S = (f"(size {_T} is different from {_S})", f"not aligned: {_S} (dim 1) != {_T} (dim 0)")
+
+
+def _call_cross(cross_attention, inputs: dict):
+    """Call the learner's ``cross_attention``; name the mistake when numpy rejects ``weights @ v`` for v built from x."""
+    try:
+        return _call(cross_attention, inputs)
+    except ValueError as err:
+        if not any(text in str(err) for text in _T_ROWS_INSTEAD_OF_S):
+            raise
+        error = f"ValueError: {err}"
+    fail(f"your function raised numpy's ValueError when it multiplied the weights, (T, S) = {(_T, _S)}, by an array "
+         f"with T = {_T} rows: did you take the values from x?", f"v = y @ W_v, of shape (S, Dv) = {(_S, _DV)}",
+         error, "in cross-attention x only asks: the keys AND the values come from y (k = y @ W_k, v = y @ W_v), so "
+         "out = weights @ v averages the S rows of v")
+
+
 def _reference(inputs: dict):
     x, y = inputs["x"], inputs["y"]
     q, k, v = x @ inputs["W_q"], y @ inputs["W_k"], y @ inputs["W_v"]  # (T, D), (S, D), (S, Dv)
@@ -313,7 +332,7 @@ def check_cross_attention(cross_attention) -> None:
     """``cross_attention(x, y, W_q, W_k, W_v) -> (out, weights)``: queries from x, keys and values from y."""
     inputs = _cross_inputs(12)
     q, k, out_ref, w_ref = _reference(inputs)
-    out, w = _check_pair(_call(cross_attention, inputs), inputs)
+    out, w = _check_pair(_call_cross(cross_attention, inputs), inputs)
     if not np.all(np.isfinite(w)):
         fail("NaN or inf in your weights for small inputs", _fmt(w_ref[0]), _fmt(w[0]),
              "look for a division by zero in your softmax")
@@ -336,7 +355,7 @@ def check_cross_attention(cross_attention) -> None:
     # scale x so that the largest score is 1500, whatever the draw: np.exp overflows unless the row max is subtracted
     big = dict(inputs, x=inputs["x"] * (1500.0 / np.max(q @ k.T / np.sqrt(_D))))
     _, _, out_ref, w_ref = _reference(big)
-    out, w = _check_pair(_call(cross_attention, big), big)
+    out, w = _check_pair(_call_cross(cross_attention, big), big)
     if not (np.all(np.isfinite(w)) and np.all(np.isfinite(out))):
         r = int(np.argmax(~np.all(np.isfinite(w), axis=-1) | ~np.all(np.isfinite(out), axis=-1)))
         fail("NaN or inf when the scores are large (x scaled so that the largest score is 1500)", _fmt(w_ref[r]) + f" (row {r})", _fmt(w[r]),
