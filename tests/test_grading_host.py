@@ -272,7 +272,11 @@ def test_the_check_socket_serves_only_a_connection_that_knows_the_gradings_key(t
         assert begin == {"op": "begin", "exercise": "2.1"}
         for sock in strangers:
             sock.settimeout(2)
-            assert sock.recv(1) == b"", "a connection without the key is closed unanswered"
+            try:
+                got = sock.recv(1)
+            except ConnectionResetError:  # closed with our message unread
+                got = b""
+            assert got == b"", "a connection without the key is closed unanswered"
         assert nbval_hooks.accept_kernel(listener, "k" * 64, time.monotonic() + 0.3) is None
         for sock in [conn, kernel, *strangers]:
             sock.close()
