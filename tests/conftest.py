@@ -48,3 +48,70 @@ def close_figures():
 
     yield plt
     plt.close("all")
+
+
+@pytest.fixture(autouse=True)
+def self_check_and_grading_agree(request, monkeypatch):
+    """In the exercise tests, every ``check(exercise_id, answer)`` is also graded, and both verdicts must agree.
+
+    Every right answer, classic mistake and stub that the tests of the checkers try (tests/test_exercises_nb*.py) is
+    judged twice: by the self-check a learner runs (``check``, whose verdict is recorded), and by the grading's
+    trusted judge calling the same function through the kernel-side agent over a real socket pair, as
+    ``attnlab-check`` does. The status and the message must be the same.
+    """
+    if not request.module.__name__.startswith("test_exercises_nb"):
+        yield
+        return
+    import helpers
+    from attnlab.exercises import _judge
+
+    original_check = request.module.check
+    judge = _judge.judge
+    seen = []
+
+    def recording_judge(exercise_id, answer):
+        verdict, exc = judge(exercise_id, answer)
+        seen.append(verdict)
+        return verdict, exc
+
+    def parity_check(exercise_id, answer):
+        graded = _grade_over_a_socket_pair(exercise_id, answer)
+        seen.clear()
+        try:
+            original_check(exercise_id, answer)
+        finally:
+            if seen:
+                assert graded == seen[-1], f"self-check: {seen[-1]}\ngrading:    {graded}"
+            else:  # the self-check failed before judging (the source scan): the grading must fail the same way
+                assert graded.status == "failed", graded
+
+    monkeypatch.setattr(_judge, "judge", recording_judge)
+    monkeypatch.setattr(request.module, "check", parity_check)
+    monkeypatch.setattr(helpers, "check", parity_check)
+    yield
+
+
+def _grade_over_a_socket_pair(exercise_id, answer, timeout=120.0):
+    """The trusted judge's verdict on ``answer``, served by the kernel-side agent over a socket pair."""
+    import socket
+    import threading
+
+    from attnlab.course.grading import trusted
+    from attnlab.exercises import _agent
+
+    a, b = socket.socketpair()
+    session = _agent._Session(b, exercise_id, answer)
+
+    def kernel():
+        try:
+            session._wait()
+        except BaseException:  # the verdict ends the session; anything else ends it too
+            pass
+
+    thread = threading.Thread(target=kernel, daemon=True)
+    thread.start()
+    with a, b:
+        verdict = trusted.judge(exercise_id, a, timeout)
+        trusted.tell_kernel(a, verdict, "TOKEN")
+        thread.join(10)
+    return verdict

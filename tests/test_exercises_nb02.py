@@ -332,10 +332,26 @@ def test_influence_of_the_checkers_layers():
     from attnlab.exercises.nb02 import _layers
 
     x, layers = _layers()
-    causal, off_by_one, tiny_leak, bidirectional = layers.values()
+    window_name = next(name for name in layers if "sees only the last" in name)
+    window = int(window_name.split("last ")[1].split()[0])
     lower = causal_mask(x.shape[0])
-    assert np.array_equal(influence_ok(causal, x), lower)
-    assert np.array_equal(influence_ok(off_by_one, x), np.tril(np.ones_like(lower), k=1))
-    assert np.array_equal(influence_ok(tiny_leak, x), np.ones_like(lower))
-    assert np.array_equal(influence_allclose(tiny_leak, x), lower)
-    assert np.array_equal(influence_ok(bidirectional, x), np.ones_like(lower))
+    assert np.array_equal(influence_ok(layers["a correct causal layer"], x), lower)
+    assert np.array_equal(influence_ok(layers["a layer whose mask is off by one (j <= i + 1)"], x),
+                          np.tril(np.ones_like(lower), k=1))
+    assert np.array_equal(influence_ok(layers[window_name], x), lower & ~np.tril(np.ones_like(lower), k=-window))
+    leaks = layers["a layer that leaks about 1e-11 of its weight to the future"]
+    assert np.array_equal(influence_ok(leaks, x), np.ones_like(lower))
+    assert np.array_equal(influence_allclose(leaks, x), lower)
+    assert np.array_equal(influence_ok(layers["a layer without a mask"], x), np.ones_like(lower))
+
+
+def test_the_layers_and_their_order_come_from_the_grading_seed(monkeypatch):
+    from attnlab import exercises
+    from attnlab.exercises.nb02 import _layers
+
+    drawn = set()
+    for secret in range(8):
+        monkeypatch.setattr(exercises, "_SECRET", secret)
+        x, layers = _layers()
+        drawn.add((x.shape, tuple(layers)))
+    assert len(drawn) >= 6

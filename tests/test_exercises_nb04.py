@@ -233,7 +233,7 @@ def test_split_qkv_reshape_without_transpose_is_diagnosed():
 
 def test_split_qkv_forgotten_transpose_is_diagnosed():
     expect_failure("4.3", lambda x, H, Hkv: split_qkv(
-        x, H, Hkv, how=lambda b, n: b.reshape(*b.shape[:-1], n, b.shape[-1] // n)), "(..., T, 4, D)", "swap")
+        x, H, Hkv, how=lambda b, n: b.reshape(*b.shape[:-1], n, b.shape[-1] // n)), "that is (..., T, ", "swap")
 
 
 def test_split_qkv_interleaved_columns_is_diagnosed():
@@ -251,7 +251,7 @@ def test_split_qkv_with_H_key_heads_is_diagnosed():
         D = x.shape[-1] // (H + 2 * Hkv)
         return heads(x[..., :H * D], H), heads(x[..., H * D:2 * H * D], H), heads(x[..., 2 * H * D:3 * H * D], H)
 
-    expect_failure("4.3", three_equal_blocks, "Hkv = 2 heads, not H = 4")
+    expect_failure("4.3", three_equal_blocks, "the keys and values have Hkv = ", "heads, not H = ")
 
 
 def test_split_qkv_wrong_head_width_is_diagnosed():

@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 
 import make_submissions
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from attnlab.course.grading import cli, runner, sandbox
+from attnlab.course.grading import cli, runner, sandbox, trusted
 from attnlab.course.grading import report as reporting
 from attnlab.course.authoring import default_solutions_dir, find_exercises, learner_notebook
 
@@ -69,7 +70,8 @@ def test_each_exercise_gets_the_expected_result(batch, file_name):
 
 def test_only_a_fully_correct_submission_passes(batch):
     for name, report in batch["reports"].items():
-        assert report.passed == (name in {"02-correct.ipynb", "04-correct.ipynb", "06-correct.ipynb"}), name
+        assert report.passed == (name in {"02-correct.ipynb", "04-correct.ipynb", "06-correct.ipynb",
+                                          "02-honest_forms.ipynb", "04-honest_forms.ipynb"}), name
 
 
 def test_files_that_are_not_notebooks_are_reported_and_the_rest_graded(batch):
@@ -216,38 +218,56 @@ def _stdout(text):
     return {"output_type": "stream", "name": "stdout", "text": text}
 
 
-def test_nbval_records_map_to_results():
-    records = [
-        _record(0),
-        _record(1, "9.1", "solution"), _record(2, "9.1", "check", False, "Cell execution caused an exception",
-                                               [_error("ExerciseFailed", "wrong\n  expected: 1\n  got:      2")]),
-        _record(3, "9.2", "solution"),
-        _record(4, "9.2", "check", False, "Cell execution caused an exception", [_error(
-            "ValueError", "bad shape", ["Cell In[1], line 2", "nb.py in check", "Cell In[1], line 7, in sq()"])]),
-        _record(5, "9.3", "solution"), _record(6, "9.3", "check", False, "Cell outputs differ",
-                                               [_stdout("Exercise 9.3: not attempted yet\n")]),
-        _record(7, "9.4", "solution"), _record(8, "9.4", "check", False, "Cell outputs differ",
-                                               [_stdout("debug\nExercise 9.4: passed\n")]),
-        _record(9, "9.5", "solution", False, "Timeout of 5 seconds exceeded executing cell",
-                [_error("KeyboardInterrupt", "")]),
-        _record(10, "9.5", "check", False, "Cell execution caused an exception", [_error("NameError", "name 'f'")]),
-        _record(11, "9.6", "solution"), _record(12, "9.6", "check"),
-        _record(13, ok=False, message="Cell execution caused an exception", outputs=[_error("NameError", "np")]),
-    ]
-    ids = [f"9.{k}" for k in range(1, 7)]
-    results, notes, culprit = runner._read_records(records, ids, timeout=5)
-    assert culprit is None and len(notes) == 1 and "not an exercise failed" in notes[0] and "NameError" in notes[0]
-    assert [results[e].status for e in ids] == ["failed", "error", "not attempted", "failed", "timed out", "passed"]
-    assert results["9.1"].message.startswith("wrong\n  expected: 1")
-    assert results["9.2"].message == "ValueError: bad shape (line 7 of your exercise cell, in sq)"
-    assert "printed" in results["9.4"].message and "debug" in results["9.4"].message
-    assert "did not finish within 5 s" in results["9.5"].message
+def test_the_trusted_side_settles_each_exercise_from_the_judge_and_its_cells():
+    """The one verdict per exercise, as the nbval hooks settle it: a failed exercise cell decides; else the judge's
+    verdict, which a pass keeps only when nbval's comparison of the check cell agrees."""
+    passed, failed = trusted.Verdict("9.1", "passed"), trusted.Verdict("9.1", "failed", "wrong\n  expected: 1")
+    check_ok = _record(2, "9.1", "check")
+    assert trusted.check_cell_verdict("9.1", failed, check_ok, 5) == failed
+    assert trusted.check_cell_verdict("9.1", passed, check_ok, 5) == passed
+    noisy = _record(2, "9.1", "check", False, "Cell outputs differ", [_stdout("debug\nExercise 9.1: passed [T]\n")])
+    verdict = trusted.check_cell_verdict("9.1", passed, noisy, 5)
+    assert verdict.status == "failed" and "printed" in verdict.message and "debug" in verdict.message
+    forged = _record(2, "9.1", "check", False, "Cell outputs differ", [_stdout("Exercise 9.1: passed\n")])
+    assert trusted.check_cell_verdict("9.1", None, forged, 5) == trusted.Verdict("9.1", "failed", trusted.NO_VERDICT)
+    renamed = _record(2, "9.1", "check", False, "Cell execution caused an exception", [_error("NameError", "name 'f'")])
+    assert "did you rename the function" in trusted.check_cell_verdict("9.1", None, renamed, 5).message
+    stuck = _record(9, "9.5", "solution", False, "Timeout of 5 seconds exceeded executing cell",
+                    [_error("KeyboardInterrupt", "")])
+    assert "did not finish within 5 s" in trusted.exercise_cell_verdict("9.5", stuck, 5).message
+    broken = _record(3, "9.2", "solution", False, "Cell execution caused an exception", [_error(
+        "ValueError", "bad shape", ["Cell In[1], line 2", "Cell In[1], line 7, in sq()"])])
+    assert trusted.exercise_cell_verdict("9.2", broken, 5).message == "ValueError: bad shape (line 7 of your " \
+                                                                     "exercise cell, in sq)"
+    assert trusted.exercise_cell_verdict("9.2", _record(3, "9.2", "solution"), 5) is None
+
+
+def test_the_runner_reads_the_verdicts_and_only_says_what_stopped_the_others():
+    def line(item):
+        return json.dumps(item)
+
+    def verdict(ex_id, status, message=""):
+        return line({"kind": "verdict", "exercise": ex_id, "status": status, "message": message})
+
+    lines = [line(_record(0)), line(_record(1, "9.1", "solution")), line(_record(2, "9.1", "check")),
+             verdict("9.1", "failed", "wrong"), verdict("9.1", "passed"),  # the first verdict of an exercise counts
+             line(_record(3, "9.2", "solution")), line(_record(4, "9.2", "check")), verdict("9.2", "passed!"),
+             line(_record(5, ok=False, message="Cell execution caused an exception", outputs=[_error("NameError", "np")])),
+             line(_record(6, "9.3", "solution")), line(_record(7, "9.3", "check", False, "Kernel dead on test start")),
+             verdict("9.3", "passed"), '{"kind": "cell", "trunc']
+    records, verdicts = runner.read_record(lines)
+    assert len(records) == 8 and set(verdicts) == {"9.1", "9.3"}  # a malformed verdict is no verdict
+    results, notes, culprit = runner._read_records(runner.Run(records, verdicts), ["9.1", "9.2", "9.3"], timeout=5)
+    assert results["9.1"] == runner.Result("9.1", "failed", "wrong")
+    assert culprit == "9.3" and results["9.3"].status == "error"  # settled by a cell after the kernel died: ignored
+    assert "9.2" not in results  # nothing settled it and nothing stopped it: left for the next run
+    assert len(notes) == 1 and "not an exercise failed" in notes[0] and "NameError" in notes[0]
 
 
 def test_a_kernel_that_does_not_start_is_a_grading_problem_not_the_learners():
     records = [dict(_record(0, "9.1", "solution", False, "RuntimeError: Kernel died before replying"), when="setup")]
     with pytest.raises(RuntimeError, match="nbval could not run the notebook"):
-        runner._read_records(records, ["9.1"], timeout=5)
+        runner._read_records(runner.Run(records, {}), ["9.1"], timeout=5)
 
 
 def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercise(tmp_path, monkeypatch):
@@ -263,12 +283,15 @@ def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercis
         exercises = [c.metadata["attnlab"]["exercise"] for c in nb.cells if "attnlab" in c.metadata]
         runs.append(sorted(set(exercises)))
         if "9.1" in exercises:
-            return [_record(0), _record(1, "9.1", "solution"),
-                    _record(2, "9.1", "check", False, "Timeout of 5 seconds exceeded while executing cell. Failed to "
-                            "interrupt kernel in 5 seconds, so failing without traceback."),
-                    _record(3, "9.2", "solution", False, "Kernel dead on test start"),
-                    _record(4, "9.2", "check", False, "Kernel dead on test start")]
-        return [_record(0), _record(1, "9.2", "solution"), _record(2, "9.2", "check")]
+            stuck = _record(2, "9.1", "check", False, "Timeout of 5 seconds exceeded while executing cell. Failed to "
+                            "interrupt kernel in 5 seconds, so failing without traceback.")
+            return runner.Run([_record(0), _record(1, "9.1", "solution"), stuck,
+                               _record(3, "9.2", "solution", False, "Kernel dead on test start"),
+                               _record(4, "9.2", "check", False, "Kernel dead on test start")],
+                              {"9.1": (2, trusted.Verdict("9.1", "timed out", "your function did not return within "
+                                                          "5 s and could not be interrupted"))})
+        return runner.Run([_record(0), _record(1, "9.2", "solution"), _record(2, "9.2", "check")],
+                          {"9.2": (2, trusted.Verdict("9.2", "passed"))})
 
     monkeypatch.setattr(runner, "run_nbval", fake_run_nbval)
     report = runner.grade(submission, solution_dir)

@@ -35,7 +35,7 @@ import pytest
 
 from attnlab.course.authoring import default_solutions_dir, find_exercises
 from attnlab.course.grading import cli, isolation, runner, sandbox
-from attnlab.exercises import _wire
+from attnlab.exercises import _protocol, _wire
 
 if sandbox.unavailable_reason():
     pytest.skip(f"grader attack tests skipped: {sandbox.unavailable_reason()} ({sandbox.INSTALL_HINT})",
@@ -308,8 +308,8 @@ def _knock(folder: Path, stop: threading.Event, seen: dict) -> None:
                 try:  # root reaches it through the grading's own mount namespace, but has no key
                     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                         sock.connect(f"/proc/{proc.name}/root{address}")
-                        _wire.send(sock, {"op": "hello", "key": "0" * 64})
-                        _wire.send(sock, {"op": "begin", "exercise": "2.1"})
+                        _protocol.send(sock, _protocol.Hello("0" * 64))
+                        _protocol.send(sock, _protocol.Begin("2.1"))
                         sock.settimeout(1.5)
                         seen["root"].append("served" if sock.recv(1) else "closed")
                 except socket.timeout:

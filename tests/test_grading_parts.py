@@ -11,7 +11,7 @@ import pytest
 
 import attnlab
 from attnlab.course.grading import report, sandbox, trusted
-from attnlab.exercises import ExerciseFailed, _agent, _wire, check
+from attnlab.exercises import ExerciseFailed, _agent, _protocol, _provenance, _wire, check
 
 
 @pytest.mark.parametrize("value", [
@@ -82,17 +82,19 @@ def test_self_check_fails_an_answer_that_calls_the_reference(capsys):
 @pytest.mark.parametrize("source, found", [
     ("def f(T, S):\n    return attnlab.causal_mask(T, S)", "attnlab.causal_mask"),
     ("import attnlab as A\ndef f(T, S):\n    return A.masks.causal_mask(T, S)", "attnlab.causal_mask"),
-    ("from attnlab.masks import causal_mask as cm", "attnlab.causal_mask"),
+    ("from attnlab.masks import causal_mask as cm\ndef f(T, S):\n    return cm(T, S)", "attnlab.causal_mask"),
     ("def f(T, S):\n    return getattr(attnlab, 'causal_mask')(T, S)", "attnlab.causal_mask"),
     ("def f(T, S):\n    return causal_mask(T, S)", "attnlab.causal_mask"),
+    ("def f(T, S):\n    return attnlab.masks._positions(T, S)", "attnlab.masks._positions"),
     ("def causal_mask(T, S):\n    return 1\ndef f(T, S):\n    return causal_mask(T, S)", None),
-    ("from scipy.special import causal_mask\nx = causal_mask", None),
-    ("def f(T, S):\n    other.causal_mask(T, S)", None),
+    ("from scipy.special import causal_mask\ndef f(T, S):\n    return causal_mask(T, S)", None),
+    ("def f(T, S, other):\n    other.causal_mask(T, S)", None),
+    ("def f(T, S):\n    masks.causal_mask(T, S)", "attnlab.causal_mask"),  # a module the notebook imported
     ("def f(:", None),
 ])
 def test_the_source_scan_finds_the_reference_by_name(source, found):
-    own = trusted.defined_names([source])
-    assert trusted.forbidden_in_source(source, ("attnlab.causal_mask",), own) == found
+    finding = _provenance.scan([source], "f", ("attnlab.causal_mask",))
+    assert (finding[1] if finding else None) == found
 
 
 def _judge_against(answer, exercise_id="2.1", timeout=10.0):
@@ -118,8 +120,7 @@ def _judge_against(answer, exercise_id="2.1", timeout=10.0):
 
 def test_the_judge_passes_a_right_answer_and_tells_the_kernel_the_token():
     verdict, told = _judge_against(lambda T, S, start: np.arange(S)[None, :] <= start + np.arange(T)[:, None])
-    assert verdict.status == "passed" and told == {"op": "verdict", "kind": "passed",
-                                                   "text": "Exercise 2.1: passed [TOKEN]"}
+    assert verdict.status == "passed" and told == _protocol.Decided(_protocol.Verdict("2.1", "passed"), "TOKEN")
 
 
 def test_the_judge_names_the_mistake_and_sees_prints_and_reference_calls():

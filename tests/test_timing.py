@@ -37,6 +37,23 @@ def test_minutes_come_from_prose_code_explorers_and_exercises():
     assert block.startswith("# Title") and block.count(timing.TIME_MARK) == 1 and "| 2. Explore |" in block
 
 
+def test_a_heading_in_the_middle_of_a_cell_starts_its_section_there():
+    words = " ".join(["word"] * 150)
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Title\n\nIntro."),
+        new_markdown_cell(f"## 1. First\n\n{words}\n\n## 2. Second\n\n{words} {words}\n\n```\n## not a heading\n```"),
+        new_code_cell("x = 1"),
+        new_markdown_cell(f"{words}\n\n## 3. Third"),
+    ])
+    titles = [s.title for s in timing.sections(nb)]
+    assert titles == ["Introduction", "1. First", "2. Second", "3. Third"]
+    intro, first, second, third = timing.sections(nb)
+    assert first.words == 3 + 150 and first.code_cells == 0
+    assert second.words == 3 + 300 + 150 + 6 and second.code_cells == 1, "a fenced '## ' line is no heading"
+    assert third.words == 3
+    assert "| 3. Third |" in timing.time_block(nb)
+
+
 def test_every_header_states_the_current_estimate():
     assert timing.stale(NOTEBOOKS) == [], "run `make notebooks` (or python -m attnlab.course.timing --write ...)"
 

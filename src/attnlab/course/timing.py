@@ -5,7 +5,8 @@ One estimate serves the notebook headers and the instructor guide, so the two ne
     python -m attnlab.course.timing notebooks/solutions/*.ipynb           # print each notebook's breakdown
     python -m attnlab.course.timing --write notebooks/solutions/*.ipynb   # rewrite the time block of each header
 
-A section is everything from one level-2 heading (``## ...``) to the next; what precedes the first is "Introduction".
+A section is everything from one level-2 heading (``## ...``, at the start of a line anywhere in a markdown cell) to the
+next; what precedes the first is "Introduction".
 Its minutes are
 
 * its prose, at ``WORDS_PER_MINUTE`` (technical text with formulas; counted in markdown words, math included),
@@ -62,16 +63,37 @@ def _prose(cell_index: int, source: str) -> str:
     return source
 
 
+_HEADING = re.compile(r"##\s+(.*)")  # '## ' but not '### ', at the start of a line
+_FENCE = re.compile(r"\s*(```|~~~)")
+
+
+def _split_at_headings(text: str) -> list[tuple[str | None, str]]:
+    """A markdown cell cut at its level-2 headings: (None, text before the first), then (title, text) for each.
+
+    A line inside a fenced code block is never a heading."""
+    parts: list[tuple[str | None, list[str]]] = [(None, [])]
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        heading = None if fenced else _HEADING.match(line)
+        if heading:
+            parts.append((heading.group(1).strip(), []))
+        parts[-1][1].append(line)  # a heading's own words are read too
+    return [(title, "\n".join(lines)) for title, lines in parts]
+
+
 def sections(nb) -> list[Section]:
     """The notebook's sections, in order, with the words, code and activities of each."""
     found = [Section("Introduction")]
     for i, cell in enumerate(nb.cells):
         source = cell.get("source", "")
         if cell.cell_type == "markdown":
-            heading = re.match(r"##\s+(.*)", source)  # '## ' but not '### '
-            if heading and not source.startswith("###"):
-                found.append(Section(heading.group(1).strip()))
-            found[-1].words += len(_prose(i, source).split())
+            # A heading may sit anywhere in a cell: the words before it belong to the section it ends.
+            for title, text in _split_at_headings(_prose(i, source)):
+                if title is not None:
+                    found.append(Section(title))
+                found[-1].words += len(text.split())
         elif cell.cell_type == "code":
             role = cell.get("metadata", {}).get("attnlab", {}).get("role")
             if role == "colab":  # set-up that does nothing outside Colab: no time of the reader's

@@ -2,15 +2,16 @@
 
 Two modes, chosen by :func:`attnlab.exercises.check`:
 
-* **self-check** (a learner running a check cell): the checker runs here, in the learner's kernel, and calls the
-  learner's function through :class:`LocalAnswer`;
-* **grading** (``$ATTNLAB_CHECK_SOCKET`` set by ``attnlab-check``): the checker runs in the grader's own process, out of
-  reach of this kernel. :func:`serve` connects to it, then runs the learner's function on the inputs it sends and
-  sends back the result as plain data (:mod:`._wire`), with what the call printed, warned and changed in place. The
-  grader judges and sends back the line to print or the failure to raise.
+* **self-check** (a learner running a check cell): the checker and the judge (:mod:`._judge`) run here, in the
+  learner's kernel, and call the learner's function through :class:`LocalAnswer`;
+* **grading** (``$ATTNLAB_CHECK_SOCKET`` set by ``attnlab-check``): the checker and the judge run in the grader's own
+  process, out of reach of this kernel. :func:`serve` connects to it, then runs the learner's function on the inputs
+  it sends and sends back the result as plain data, with what the call printed, warned and changed in place, in the
+  messages of :mod:`._protocol`. The grader judges and sends back the verdict to show.
 
-Nothing here decides a verdict: it only reports. What it reports can turn a pass into a failure (a print, a call of
-a reference function), never a failure into a pass.
+Both modes make each call with :func:`execute_call`, so that a self-check sees exactly what a grading sees. Nothing
+here decides a verdict: it only reports. What it reports can turn a pass into a failure (a print, a call of a
+reference function), never a failure into a pass.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import os
 import socket
 import traceback
@@ -26,7 +28,7 @@ import warnings
 
 import numpy as np
 
-from . import _wire
+from . import _judge, _protocol, _wire, plain
 
 MAX_TEXT = 20_000  # characters of printed output reported per call
 
@@ -87,69 +89,109 @@ def _resolve(dotted: str):
     module, _, name = dotted.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, ValueError):
         return None
 
 
-def forbidden_message(exercise_id: str, dotted: str) -> str:
-    return (f"exercise {exercise_id} asks you to write this yourself; {dotted} is the reference, which the check "
-            f"compares your function with. Write it with numpy (you may look at what {dotted} does, then close it).")
+# --- one call of the learner's function, in either mode -------------------------------------------------------------
 
 
-def mutated_message(position: int) -> str:
-    return (f"your function changed its argument number {position + 1} in place; code that calls it would find its "
-            "own arrays changed. Work on a copy (x = x.copy()) or build new arrays.")
+def _error_report(exc: BaseException, answer) -> _protocol.ErrorReport:
+    """An exception of the learner's code as data: its type, the builtin it derives from, its message, and where."""
+    base = next((c.__name__ for c in type(exc).__mro__
+                 if c.__module__ == "builtins" and c not in (BaseException, Exception, object)), "Exception")
+    where = None
+    filename = getattr(getattr(answer, "__code__", None), "co_filename", None)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if filename and frame.filename == filename:
+            where = _protocol.Where(frame.lineno or 0, frame.name or "")
+            break
+    return _protocol.ErrorReport(type(exc).__name__[:100], base, str(exc)[:MAX_TEXT], where)
+
+
+def execute_call(answer, args, kwargs, tripwires: "Tripwires", *, catch_interrupts: bool = True):
+    """Call ``answer(*args, **kwargs)`` and describe what happened as a reply of the protocol.
+
+    Returns ``(reply, exception)``: the learner's exception, if any, is also returned as is (a self-check raises it
+    with its traceback). ``catch_interrupts=False`` lets KeyboardInterrupt and SystemExit through (a learner pressing
+    stop in a self-check).
+    """
+    ids = [id(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    raised = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), tripwires.watching():
+                result = answer(*args, **kwargs)
+        except _Verdict:
+            raise
+        except BaseException as exc:  # the learner's exception, KeyboardInterrupt and SystemExit included
+            if not catch_interrupts and not isinstance(exc, Exception):
+                raise
+            raised = exc
+    try:
+        after = _wire.encode([a if isinstance(a, np.ndarray) else None for a in args])
+    except _wire.Unsupported:
+        after = None
+    effects = _protocol.Effects(
+        out=out.getvalue()[:MAX_TEXT], err=err.getvalue()[:MAX_TEXT],
+        warnings=[_protocol.WarningRecord(w.category.__name__[:100], str(w.message)[:1000])
+                  for w in caught if not issubclass(w.category, ResourceWarning)][:50],  # see _judge.NOT_THE_LEARNERS
+        args_after=after, reference_calls=list(tripwires.hits))
+    tripwires.hits.clear()
+    if raised is not None:
+        return _protocol.Raised(_error_report(raised, answer), effects), raised
+    result = plain(result)  # Fraction, Decimal, longdouble, ... read as float64, as in self-check
+    same = next((i for i, ident in enumerate(ids) if ident == id(result)), None)
+    try:
+        value = None if same is not None else _wire.encode(result)
+    except _wire.Unsupported as exc:
+        return _protocol.Unreadable(str(exc)[:200], effects), None
+    return _protocol.Returned(value, same, effects), None
 
 
 # --- self-check -------------------------------------------------------------------------------------------------
 
 
-class LocalAnswer:
-    """The learner's function as a checker sees it in self-check mode: called in this process, with the reference
-    functions of the exercise watched, and any callable argument (the checker's own code) left unwatched."""
+class LocalAnswer(_judge.Answer):
+    """The learner's function as a checker sees it in self-check mode: called in this process by
+    :func:`execute_call`, on copies of the checker's arrays, as a grading calls it in the kernel; its reply goes
+    through the protocol's encoding and :meth:`_judge.Answer.settle`, as a grading's does."""
 
-    def __init__(self, exercise_id: str, answer, forbids):
+    def __init__(self, exercise_id: str, answer, watch):
+        super().__init__()
         self.exercise_id, self.answer = exercise_id, answer
-        self.tripwires = Tripwires(forbids)
-        self.mutated: list[int] = []
+        self.tripwires = Tripwires(watch)
 
     def __call__(self, *args, **kwargs):
-        from . import ExerciseFailed
-
         def unwatched(f):
             def call(*a, **k):
                 with self.tripwires.paused():
-                    return f(*a, **k)
+                    try:
+                        return f(*a, **k)
+                    except Exception as exc:  # as a grading tells it: the checker's helper rejected the arguments
+                        raise RuntimeError(f"the checker's helper raised {type(exc).__name__}: {exc}") from None
             return call
 
-        args = tuple(unwatched(a) if callable(a) and not isinstance(a, np.ndarray) else a for a in args)
-        before = [a.copy() if isinstance(a, np.ndarray) else None for a in args]
-        with self.tripwires.watching():
-            result = self.answer(*args, **kwargs)
-        if self.tripwires.hits:
-            raise ExerciseFailed(forbidden_message(self.exercise_id, self.tripwires.hits[0]))
-        for i, (old, new) in enumerate(zip(before, args)):
-            if old is not None and (old.shape != new.shape or not np.array_equal(
-                    old, new, equal_nan=old.dtype.kind in "fc")) and i not in self.mutated:
-                self.mutated.append(i)
-        return result
+        def copied(a):
+            if isinstance(a, np.ndarray):
+                return a.copy()
+            if callable(a):
+                return unwatched(a)
+            return a
+
+        reply, exc = execute_call(self.answer, tuple(copied(a) for a in args),
+                                  {k: copied(v) for k, v in kwargs.items()}, self.tripwires, catch_interrupts=False)
+        reply = _protocol.from_frame(json.loads(json.dumps(_protocol.to_frame(reply))))  # what crosses the wire
+        if isinstance(reply, _protocol.Raised):
+            self.raised[id(exc)] = (reply.error, exc)
+            self._replay(reply.effects, args)
+            raise exc
+        return self.settle(reply, args)
 
 
 # --- grading ----------------------------------------------------------------------------------------------------
-
-
-def _exception_report(exc: BaseException, answer) -> dict:
-    """An exception of the learner's code as data: its type, the builtin it derives from, its message, and where."""
-    base = next((c.__name__ for c in type(exc).__mro__
-                 if c.__module__ == "builtins" and c not in (BaseException, Exception, object)), "Exception")
-    where = {}
-    filename = getattr(getattr(answer, "__code__", None), "co_filename", None)
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if filename and frame.filename == filename:
-            where = {"line": frame.lineno, "function": frame.name}
-            break
-    message = str(exc)
-    return {"type": type(exc).__name__[:100], "base": base, "message": message[:MAX_TEXT], "where": where}
 
 
 class _Session:
@@ -159,74 +201,49 @@ class _Session:
 
     def _callback(self, n: int):
         def remote(*args, **kwargs):
-            _wire.send(self.sock, {"op": "callback", "fn": n, "args": _wire.encode(list(args)),
-                                   "kwargs": _wire.encode(kwargs)})
+            _protocol.send(self.sock, _protocol.Callback(n, _wire.encode(list(args)), _wire.encode(kwargs)))
             return self._wait()
         return remote
 
     def _wait(self):
-        """Serve the grader until it answers a callback ("return"/"raise") or ends the check ("verdict")."""
+        """Serve the grader until it answers a callback or ends the check (:class:`_protocol.Decided`)."""
         while True:
-            message = _wire.recv(self.sock)
-            op = message.get("op")
-            if op == "call":
+            message = _protocol.recv(self.sock)
+            if isinstance(message, _protocol.Call):
                 self._run(message)
-            elif op == "setup":
-                self.tripwires = Tripwires([str(n) for n in message.get("forbids", [])])
-            elif op == "return":
-                return _wire.decode(message.get("value"))
-            elif op == "raise":
-                raise RuntimeError(f"the checker's helper raised {message.get('type')}: {message.get('message')}")
-            elif op == "verdict":
+            elif isinstance(message, _protocol.Setup):
+                self.tripwires = Tripwires(message.watch)
+            elif isinstance(message, _protocol.CallbackReturned):
+                return _wire.decode(message.value)
+            elif isinstance(message, _protocol.CallbackRaised):
+                raise RuntimeError(f"the checker's helper raised {message.type}: {message.message}")
+            elif isinstance(message, _protocol.Decided):
                 raise _Verdict(message)
+            else:
+                raise _wire.WireError(f"unexpected message {type(message).__name__}")
 
-    def _run(self, message: dict) -> None:
+    def _run(self, message: _protocol.Call) -> None:
         try:
-            args = _wire.decode(message.get("args"), self._callback)
-            kwargs = _wire.decode(message.get("kwargs"), self._callback)
+            args = _wire.decode(message.args, self._callback)
+            kwargs = _wire.decode(message.kwargs, self._callback)
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise _wire.WireError("bad arguments")
         except _wire.WireError as exc:
-            _wire.send(self.sock, {"op": "raise", "type": "WireError", "base": "ValueError", "message": str(exc)})
+            error = _protocol.ErrorReport("WireError", "ValueError", str(exc))
+            _protocol.send(self.sock, _protocol.Raised(error, _protocol.Effects()))
             return
-        before = [id(a) for a in args]
-        out, err = io.StringIO(), io.StringIO()
-        reply: dict
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), self.tripwires.watching():
-                    result = self.answer(*args, **kwargs)
-                same = next((i for i, ident in enumerate(before) if ident == id(result)), None)
-                try:
-                    reply = {"op": "return", "value": None if same is not None else _wire.encode(result),
-                             "same_as_arg": same}
-                except _wire.Unsupported as exc:
-                    reply = {"op": "unsupported", "what": str(exc)}
-            except _Verdict:
-                raise
-            except BaseException as exc:  # the learner's exception, KeyboardInterrupt and SystemExit included
-                reply = {"op": "raise", **_exception_report(exc, self.answer)}
-        try:
-            after = _wire.encode([a if isinstance(a, np.ndarray) else None for a in args])
-        except _wire.Unsupported:
-            after = None
-        reply.update(args_after=after, out=out.getvalue()[:MAX_TEXT], err=err.getvalue()[:MAX_TEXT],
-                     warnings=[f"{w.category.__name__}: {w.message}"[:1000] for w in caught[:50]],
-                     warning_categories=[w.category.__name__ for w in caught[:50]],
-                     forbidden=list(self.tripwires.hits))
-        self.tripwires.hits.clear()
-        _wire.send(self.sock, reply)
+        reply, _ = execute_call(self.answer, args, kwargs, self.tripwires)
+        _protocol.send(self.sock, reply)
 
 
 class _Verdict(Exception):
-    def __init__(self, message: dict):
-        super().__init__(message.get("text", ""))
+    def __init__(self, message: _protocol.Decided):
+        super().__init__(message.verdict.message)
         self.message = message
 
 
 def serve(exercise_id: str, answer, address: str) -> None:
     """Grading mode: let the grader at ``address`` check ``answer``; print or raise what it decides."""
-    from . import ExerciseFailed
-
     family = socket.AF_UNIX if not address.startswith("tcp:") else socket.AF_INET
     target = address if family == socket.AF_UNIX else ("127.0.0.1", int(address.split(":")[1]))
     with socket.socket(family, socket.SOCK_STREAM) as sock:
@@ -235,18 +252,12 @@ def serve(exercise_id: str, answer, address: str) -> None:
         except OSError as exc:
             raise RuntimeError(f"cannot reach the grader ({exc.strerror})") from None
         session = _Session(sock, exercise_id, answer)
-        _wire.send(sock, {"op": "hello", "key": os.environ.get("ATTNLAB_CHECK_KEY", "")})  # the grading's secret
-        _wire.send(sock, {"op": "begin", "exercise": exercise_id})
+        _protocol.send(sock, _protocol.Hello(os.environ.get("ATTNLAB_CHECK_KEY", "")))  # the grading's secret
+        _protocol.send(sock, _protocol.Begin(exercise_id))
         try:
             session._wait()
-        except _Verdict as verdict:
-            kind, text = verdict.message.get("kind"), str(verdict.message.get("text", ""))
-            if kind in ("passed", "not attempted"):
-                print(text)
-                return
-            if kind == "failed":
-                raise ExerciseFailed(text) from None
-            raise RuntimeError(text) from None
+        except _Verdict as decided:
+            _protocol.show(decided.message.verdict, decided.message.token)
         except (ConnectionError, _wire.WireError) as exc:
             raise RuntimeError(f"the grader ended the check: {exc}") from None
 
@@ -256,4 +267,4 @@ def grading_address() -> str | None:
     return os.environ.get("ATTNLAB_CHECK_SOCKET") or None
 
 
-__all__ = ["LocalAnswer", "Tripwires", "forbidden_message", "grading_address", "mutated_message", "serve"]
+__all__ = ["LocalAnswer", "Tripwires", "execute_call", "grading_address", "serve"]

@@ -1,8 +1,9 @@
 """The narrow interface between a checker and a learner's function: plain data as length-prefixed JSON frames.
 
-Only these cross it, in either direction: None, bool, int, float (NaN and infinities included), str, numpy arrays and
-scalars of a numeric or bool dtype (their raw bytes in base64, with dtype and shape), tuples, lists, dicts with
-string keys, and references to a callable that the other side holds (``{"__callable__": n}``). Nothing is pickled
+Only these cross it, in either direction: None, bool, int, float (NaN and infinities included), exact fractions
+(``fractions.Fraction``), str, numpy arrays and scalars of a numeric or bool dtype (their raw bytes in base64, with
+dtype and shape; ``longdouble`` values travel as float64, the precision a check compares with), tuples, lists, dicts
+with string keys, and references to a callable that the other side holds (``{"__callable__": n}``). Nothing is pickled
 and nothing else is accepted: :func:`decode` raises :class:`WireError` for anything it does not know, so a hostile
 peer can send only data, never objects.
 """
@@ -10,6 +11,7 @@ peer can send only data, never objects.
 from __future__ import annotations
 
 import base64
+import fractions
 import json
 import struct
 import time
@@ -38,11 +40,16 @@ def encode(value, callables: list | None = None, depth: int = 0):
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return value if np.isfinite(value) else {"__float__": repr(value)}
+        return int(value)
+    if isinstance(value, float):  # np.float64 too (a float): it crosses as the float JSON makes of it
+        return float(value) if np.isfinite(value) else {"__float__": repr(float(value))}
+    if isinstance(value, fractions.Fraction):
+        return {"__fraction__": [value.numerator, value.denominator]}
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
+        if arr.dtype.kind in "fc" and arr.dtype.name not in DTYPES and arr.dtype.itemsize > 8:  # longdouble
+            arr = arr.astype(np.float64 if arr.dtype.kind == "f" else np.complex128)
+            value = arr[()] if isinstance(value, np.generic) else arr
         if arr.dtype.name not in DTYPES:
             raise Unsupported(f"a numpy array of dtype {arr.dtype}")
         data = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")
@@ -76,6 +83,12 @@ def decode(data, make_callable=None, depth: int = 0):
         if text not in ("nan", "inf", "-inf"):
             raise WireError("bad float")
         return float(text)
+    if "__fraction__" in data:
+        pair = data["__fraction__"]
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(n, int) and not isinstance(n, bool)
+                                                                  for n in pair) and pair[1] > 0):
+            raise WireError("bad fraction")
+        return fractions.Fraction(pair[0], pair[1])
     if "__array__" in data:
         dtype, shape = data.get("dtype"), data.get("shape")
         if dtype not in DTYPES or not isinstance(shape, list) or not all(

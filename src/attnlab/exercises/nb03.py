@@ -1,8 +1,9 @@
 """Checks for notebook 03, "Why √d_k": the mean and spread of correlated q·k, the softmax Jacobian, and the scale of
 every head's scores.
 
-Every checker calls the learner's function on fixed inputs (random ones come from fixed seeds), compares with the
-reference, and on a mismatch names the classic mistake it recognises.
+Every checker calls the learner's function on inputs drawn from :func:`seeded` (sizes too, for 3.2), compares with
+the reference within the tolerances of the answer's precision, and on a mismatch names the classic mistake it
+recognises.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..softmax import softmax
-from . import exercise, fail, seeded
+from . import close, exercise, fail, seeded
 
 # ------------------------------------------------------------------------------------------------------------- helpers
 
@@ -26,7 +27,7 @@ def _number(value, call: str) -> float:
     if arr.size != 1:
         fail(f"{call} should return one number", "a float", f"an array of shape {arr.shape}",
              hint="each of the two results is one number")
-    number = float(arr.reshape(()))
+    number = arr.reshape(())[()] if arr.dtype == np.float32 else float(arr.reshape(()))  # float32: judged as such
     if not np.isfinite(number):
         fail(f"{call} returned a non-finite number", "a finite float", number)
     return number
@@ -37,7 +38,9 @@ def _array(value, call: str, shape: tuple[int, ...]) -> np.ndarray:
     if value is None:
         fail(f"{call} returned None", f"an array of shape {shape}", "None", hint="did you forget the `return` line?")
     try:
-        arr = np.asarray(value, dtype=float)
+        arr = np.asarray(value)
+        if arr.dtype.kind != "f" or arr.dtype.itemsize > 8:  # a float32 answer stays float32, to be judged as such
+            arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         fail(f"{call} did not return a numeric array", f"an array of shape {shape}", type(value).__name__)
     return arr
@@ -78,7 +81,7 @@ def check_score_mean_std(score_mean_std) -> None:
         else:
             arr = None if isinstance(got, (str, dict)) else np.asarray(got)
             if arr is not None and arr.dtype.kind in "iuf" and arr.shape == (2,):
-                mean, std = (float(g) for g in arr)
+                mean, std = (g if arr.dtype == np.float32 else float(g) for g in arr)
             else:
                 fail(f"{call} should return two numbers", "a pair (mean, std)", f"{got!r}"[:80],
                      hint="return mean, std")
@@ -86,13 +89,13 @@ def check_score_mean_std(score_mean_std) -> None:
         stds.append(std)
     for name, got, variants in (("mean", means, _mean_variants), ("standard deviation", stds, _std_variants)):
         want = [variants(*c)[0][0] for c in cases]
-        wrong = [i for i, (g, w) in enumerate(zip(got, want)) if not np.isclose(g, w, rtol=1e-6, atol=1e-9)]
+        wrong = [i for i, (g, w) in enumerate(zip(got, want)) if not close(g, w, 1e-6, 1e-9)]
         if not wrong:
             continue
         # the classic mistake that explains the answer in every case (the first case alone is ambiguous)
         options = [variants(*c)[1:] for c in cases]
         for v, (_, hint) in enumerate(options[0]):
-            if all(np.isclose(g, opts[v][0], rtol=1e-6, atol=1e-9) for g, opts in zip(got, options)):
+            if all(close(g, opts[v][0], 1e-6, 1e-9) for g, opts in zip(got, options)):
                 break
         else:
             hint = variants(*cases[0])[0][1]
@@ -144,8 +147,16 @@ def _std_variants(d_k: int, var_q: float, var_k: float, rho: float) -> list[tupl
 
 # ------------------------------------------------------------------------------------- 3.2 the softmax Jacobian
 
-_JACOBIAN_SCORES = np.array([2.0, 0.5, -1.0, 1.0, 0.0])
-_JACOBIAN_BATCH = np.array([[0.3, -1.2, 2.0, 0.1], [5.0, 0.0, 0.0, -5.0], [1.0, 1.0, 1.0, 1.0]])
+def _jacobian_inputs() -> tuple[np.ndarray, np.ndarray]:
+    """Scores of one row ``(S,)`` and of a batch ``(T, S')``, sizes and values drawn from :func:`seeded` (so that no
+    table of answers works); the batch has a spread-out row, a sharp one and a uniform one."""
+    rng = seeded(32)
+    row = np.round(rng.normal(0.0, 1.5, size=int(rng.integers(4, 8))), 2)  # (S,)
+    T, S = int(rng.integers(3, 5)), int(rng.integers(3, 7))
+    batch = np.round(rng.normal(0.0, 1.0, size=(T, S)), 2)  # (T, S)
+    batch[1] *= 5.0  # a sharp row: one weight near 1
+    batch[2] = float(np.round(rng.normal(), 2))  # a uniform row: every weight 1/S
+    return row, batch
 
 
 def _jacobian(p: np.ndarray) -> np.ndarray:
@@ -155,19 +166,20 @@ def _jacobian(p: np.ndarray) -> np.ndarray:
 @exercise("3.2", forbids=())  # nothing in attnlab returns a Jacobian
 def check_softmax_jacobian(softmax_jacobian) -> None:
     """``softmax_jacobian(p)`` must return ``diag(p) - p pᵀ`` for one row ``(S,)`` and for a batch ``(..., S)``."""
-    p = softmax(_JACOBIAN_SCORES)  # (5,)
+    scores, batch = _jacobian_inputs()
+    p = softmax(scores)  # (S,)
     S = p.size
-    got = _array(softmax_jacobian(p.copy()), "softmax_jacobian(p) for p of shape (5,)", (S, S))
+    got = _array(softmax_jacobian(p.copy()), f"softmax_jacobian(p) for p of shape {p.shape}", (S, S))
     if got.shape != (S, S):
-        fail("softmax_jacobian(p) has the wrong shape for one row p of shape (5,)", (S, S), got.shape,
+        fail(f"softmax_jacobian(p) has the wrong shape for one row p of shape {p.shape}", (S, S), got.shape,
              hint="J has one row per weight p_i and one column per score s_j: shape (S, S)")
     expected = _jacobian(p)
-    if not np.allclose(got, expected, rtol=1e-6, atol=1e-9):
+    if not close(got, expected, 1e-6, 1e-9):
         _diagnose_jacobian(p, got, expected)
 
-    P = softmax(_JACOBIAN_BATCH)  # (3, 4): three rows of weights
+    P = softmax(batch)  # (T, S): T rows of weights
     T, S = P.shape
-    call = "softmax_jacobian(p) for a batch p of shape (3, 4)"
+    call = f"softmax_jacobian(p) for a batch p of shape {P.shape}"
     batch_hint = ("one (S, S) Jacobian per row: np.diag and np.outer only work on 1-D arrays (np.diag of a 2-D array "
                   "extracts its diagonal, np.outer flattens); build diag(p) as p[..., :, None] * np.eye(S) and the "
                   "outer product as p[..., :, None] * p[..., None, :]")
@@ -181,7 +193,7 @@ def check_softmax_jacobian(softmax_jacobian) -> None:
         fail(f"{call} has the wrong shape", (T, S, S), got.shape, hint=batch_hint)
     expected = _jacobian(P)
     for t in range(T):
-        if not np.allclose(got[t], expected[t], rtol=1e-6, atol=1e-9):
+        if not close(got[t], expected[t], 1e-6, 1e-9):
             fail(f"{call}: block {t} is not the Jacobian of row p[{t}] = {np.round(P[t], 4).tolist()}",
                  np.round(expected[t], 4).tolist(), np.round(got[t], 4).tolist(),
                  hint="your function is right for one row but mixes the rows of a batch; "
@@ -207,7 +219,7 @@ def _diagnose_jacobian(p: np.ndarray, got: np.ndarray, expected: np.ndarray) -> 
         (np.eye(S) - p[:, None], "the factor p_i is missing: dp_i/ds_j = p_i(δ_ij - p_j), i.e. diag(p) - p pᵀ"),
     )
     for variant, hint in variants:
-        if np.allclose(got, variant, rtol=1e-6, atol=1e-9):
+        if close(got, variant, 1e-6, 1e-9):
             break
     else:
         hint = ("J[i, j] = p_i(δ_ij - p_j): diag(p) - np.outer(p, p). Each row of J must sum to 0 (adding the same "
@@ -272,17 +284,17 @@ def _check_head_scores_case(head_scores, q: np.ndarray, k: np.ndarray, H: int) -
         elif q.ndim > 2 and got.shape == (H, *expected.shape[:-3], T, S):
             hint = "the head axis goes after the batch axes, just before T: stack on axis -3, not axis 0"
         fail(f"{call} has the wrong shape", expected.shape, got.shape, hint=hint)
-    if np.allclose(got, expected, rtol=1e-6, atol=1e-9):
+    if close(got, expected, 1e-6, 1e-9):
         return
-    if np.allclose(got, softmax(expected), rtol=1e-6, atol=1e-9):
+    if close(got, softmax(expected), 1e-6, 1e-9):
         fail(f"{call} returned softmax weights (each row sums to 1)", "the scores before the softmax",
              "the weights after it", hint="return the scaled scores themselves; the softmax comes next")
-    if T == S and np.allclose(got, expected.swapaxes(-1, -2), rtol=1e-6, atol=1e-9):
+    if T == S and close(got, expected.swapaxes(-1, -2), 1e-6, 1e-9):
         fail(f"{call} returned the scores transposed", "rows = queries, columns = keys", "rows = keys",
              hint="q_h @ k_hᵀ, not k_h @ q_hᵀ")
     for layout, r in (("contiguous", raw), ("interleaved", _head_raw(q, k, H, interleaved=True))):
         c = float(np.sum(got * r) / np.sum(r * r))
-        if np.allclose(got, c * r, rtol=1e-6, atol=1e-9):
+        if close(got, c * r, 1e-6, 1e-9):
             if layout == "interleaved":
                 fail(f"{call}: head h holds the wrong columns", f"head h = columns h*D .. (h+1)*D - 1 (a block)",
                      "head h = columns h, h+H, h+2H, ... (every H-th column)",

@@ -6,8 +6,9 @@
 4.3  ``split_qkv(qkv, H, Hkv)``: a fused projection ``(..., T, (H + 2 Hkv) D)`` -> ``q (..., H, T, D)``,
      ``k, v (..., Hkv, T, D)``.
 
-Each checker calls the learner's function on fixed inputs, compares with ``attnlab``'s reference and, when they differ,
-tries the classic mistakes one by one so that the message can name the one that was made.
+Each checker calls the learner's function on inputs drawn from :func:`seeded` (4.2: fixed cases and one drawn; 4.3:
+sizes and values drawn), compares with ``attnlab``'s reference and, when they differ, tries the classic mistakes one by
+one so that the message can name the one that was made.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from ..attention import attention
 from ..cost import BYTES_PER_ELEMENT, GiB, kv_cache_bytes
 from ..softmax import softmax
-from . import exercise, fail, seeded
+from . import close, exercise, fail, seeded, tolerances
 
 
 def _as_array(got, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
@@ -35,7 +36,8 @@ def _as_array(got, name: str, expected_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.allclose(a, b, rtol=1e-7, atol=1e-10)
+    """The learner's ``a`` equals ``b`` within the tolerances of ``a``'s precision (float32 answers: float32 error)."""
+    return close(a, b, 1e-7, 1e-10)
 
 
 # ---------------------------------------------------------------------------------------------------------- 4.1
@@ -188,23 +190,24 @@ def check_kv_cache_size(kv_cache_size) -> None:
     cases.append(dict(S=int(rng.integers(100, 10_000)), layers=int(rng.integers(1, 41)), H=H,
                       Hkv=H // int(rng.choice([1, 2, 4, 8])), D=int(rng.choice([64, 128])),
                       dtype=str(rng.choice(["bf16", "fp16", "fp32", "fp8"]))))
-    expected, got = [], []
+    expected, got, rtol = [], [], 1e-12
     for c in cases:
         e = kv_cache_bytes(c["S"], layers=c["layers"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])
         g = kv_cache_size(c["S"], layers=c["layers"], H=c["H"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])
         call = "kv_cache_size({S}, layers={layers}, H={H}, Hkv={Hkv}, D={D}, dtype={dtype!r})".format(**c)
         if g is None:
             fail(f"{call} returned None", f"{e:,} bytes", "None", "did you forget the `return` statement?")
-        if isinstance(g, np.ndarray) and g.size == 1:
+        if isinstance(g, (np.ndarray, np.generic)) and g.size == 1:
+            rtol = max(rtol, tolerances(g, 1e-12, 0.0)[0])  # a count given as float32: judged within float32 error
             g = g.item()
         if isinstance(g, bool) or not isinstance(g, numbers.Real):
             fail(f"{call} must return a number of bytes", f"{e:,}", f"{g!r} ({type(g).__name__})")
         expected.append(e)
         got.append(float(g))
     ratios = [g / e for g, e in zip(got, expected)]
-    if all(np.isclose(r, 1.0, rtol=1e-12) for r in ratios):
+    if all(np.isclose(r, 1.0, rtol=rtol) for r in ratios):
         return
-    i = next(i for i, r in enumerate(ratios) if not np.isclose(r, 1.0, rtol=1e-12))
+    i = next(i for i, r in enumerate(ratios) if not np.isclose(r, 1.0, rtol=rtol))
     c = cases[i]
     call = "kv_cache_size({S}, layers={layers}, H={H}, Hkv={Hkv}, D={D}, dtype={dtype!r})".format(**c)
     mistakes = _diagnose_cache(cases, ratios)
@@ -225,12 +228,32 @@ def _heads(block: np.ndarray, n: int, D: int) -> np.ndarray:
     return block.reshape(*block.shape[:-1], n, D).swapaxes(-2, -3)
 
 
+def _split_cases():
+    """``(qkv, H, Hkv, D)``: GQA, MQA with a batch axis, MHA, with every size different within a case; sizes and the
+    order of the values drawn from :func:`seeded`, so that no table of answers works. The values are distinct whole
+    numbers, so that a misplaced column shows."""
+    rng = seeded(43)
+    cases = []
+    for kind in ("gqa", "mqa", "mha"):
+        while True:
+            batch = (int(rng.integers(2, 4)),) if kind == "mqa" else ()
+            T, D = int(rng.integers(2, 7)), int(rng.integers(2, 6))
+            Hkv = {"gqa": int(rng.integers(2, 4)), "mqa": 1, "mha": int(rng.integers(2, 5))}[kind]
+            H = {"gqa": 2 * Hkv, "mqa": int(rng.integers(3, 7)), "mha": Hkv}[kind]
+            sizes = [*batch, T, D, H] + ([Hkv] if kind == "gqa" else [])
+            if len(set(sizes)) == len(sizes):
+                break
+        width = (H + 2 * Hkv) * D
+        n = int(np.prod(batch, dtype=int)) * T * width
+        cases.append((rng.permutation(n).astype(float).reshape(*batch, T, width), H, Hkv, D))
+    return cases
+
+
 @exercise("4.3", forbids=("attnlab.split_heads", "attnlab.project_qkv"))
 def check_split_qkv(split_qkv) -> None:
-    # (batch, T, H, Hkv, D): GQA, MQA with a batch axis, MHA; every size different within a case
-    for batch, T, H, Hkv, D in (((), 5, 4, 2, 3), ((2,), 3, 5, 1, 4), ((), 2, 3, 3, 4)):
-        width = (H + 2 * Hkv) * D
-        qkv = np.arange(np.prod(batch, dtype=int) * T * width, dtype=float).reshape(*batch, T, width)
+    for qkv, H, Hkv, D in _split_cases():
+        *batch, T, width = qkv.shape
+        batch = tuple(batch)
         blocks = np.split(qkv, [H * D, (H + Hkv) * D], axis=-1)  # (..., T, H*D), (..., T, Hkv*D) twice
         expected = [_heads(b, n, D) for b, n in zip(blocks, (H, Hkv, Hkv))]
         setup = f"for qkv of shape {qkv.shape}, H={H}, Hkv={Hkv} (so D={D})"

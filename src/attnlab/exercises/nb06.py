@@ -22,7 +22,7 @@ import numpy as np
 
 from ..attention import attention
 from ..masks import causal_mask
-from . import exercise, fail, float_array, seeded
+from . import close, exercise, fail, float_array, seeded
 
 _PI = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0, 5.0])  # the max grows 3 times; 9 is not a multiple of 2
 
@@ -37,7 +37,9 @@ def _fmt(a) -> str:
 
 
 def _close(got, expected) -> bool:
-    return got.shape == expected.shape and np.allclose(got, expected, rtol=1e-9, atol=1e-12, equal_nan=True)
+    """The learner's ``got`` equals ``expected`` within the tolerances of its precision (float32 answers: float32
+    error); NaN only where NaN is expected."""
+    return close(got, expected, 1e-9, 1e-12, equal_nan=True)
 
 
 def _quiet(fn, *args, arithmetic_hint: str = ""):

@@ -10,8 +10,11 @@ This pytest process is the trusted side of a grading. The plugin
   learner's function across the socket;
 * gives the cells of an exercise (metadata ``attnlab``) ``--nbval-cell-timeout`` and the notebook's own cells, which
   come from the solution notebook, the more generous ``--attnlab-setup-timeout``;
-* appends a record of every cell nbval ran, and of every verdict, to ``--attnlab-record`` as JSON lines, flushed as it
-  goes, so that a grading stopped by its deadline still tells what it had found.
+* decides each exercise's one :class:`~attnlab.exercises._protocol.Verdict` here, when its cells have run: from the
+  judge, from nbval's record of a failed exercise cell, and from nbval's comparison of the check cell's output
+  (:func:`.trusted.exercise_cell_verdict`, :func:`.trusted.check_cell_verdict`);
+* appends a record of every cell nbval ran, each followed by the verdict it settled if any, to ``--attnlab-record``
+  as JSON lines, flushed as it goes, so that a grading stopped by its deadline still tells what it had found.
 """
 
 from __future__ import annotations
@@ -168,10 +171,11 @@ def _drain(listener) -> None:
 
 
 def accept_kernel(listener, key: str, give_up: float, done: threading.Event | None = None, hello_seconds=5.0):
-    """The next connection whose first message is ``{"op": "hello", "key": KEY}`` with this grading's key, and its
-    second message; None when none comes before ``give_up`` (or ``done`` is set). Connections that do not start so
-    (another user's, or one that says nothing for ``hello_seconds``) are closed and the wait goes on."""
-    from ...exercises import _wire
+    """The next connection whose first message is :class:`~attnlab.exercises._protocol.Hello` with this grading's
+    key, and its second message, a :class:`~attnlab.exercises._protocol.Begin`; None when none comes before
+    ``give_up`` (or ``done`` is set). Connections that do not start so (another user's, or one that says nothing for
+    ``hello_seconds``) are closed and the wait goes on."""
+    from ...exercises import _protocol, _wire
 
     listener.settimeout(0.1)
     while True:  # until the kernel's check connects, or the check cell ends without it
@@ -184,10 +188,9 @@ def accept_kernel(listener, key: str, give_up: float, done: threading.Event | No
         except OSError:
             return None
         try:
-            hello = _wire.recv(conn, time.monotonic() + hello_seconds)
-            if hello.get("op") == "hello" and isinstance(hello.get("key"), str) and hmac.compare_digest(
-                    hello["key"].encode(), key.encode()):
-                return conn, _wire.recv(conn, time.monotonic() + hello_seconds)
+            hello = _protocol.recv(conn, time.monotonic() + hello_seconds, expect=(_protocol.Hello,))
+            if hmac.compare_digest(hello.key.encode(), key.encode()):
+                return conn, _protocol.recv(conn, time.monotonic() + hello_seconds, expect=(_protocol.Begin,))
         except (OSError, _wire.WireError, ConnectionError, TimeoutError):
             pass
         conn.close()
@@ -204,14 +207,14 @@ def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
     conn, begin = accepted
     conn.settimeout(timeout)
     with conn:
-        if begin.get("op") != "begin" or begin.get("exercise") != exercise_id:
+        if begin.exercise != exercise_id:
             verdict = trusted.Verdict(exercise_id, "failed", "the check cell checked another exercise "
-                                                             f"({str(begin.get('exercise'))[:20]!r})")
+                                                             f"({begin.exercise[:20]!r})")
         else:
-            verdict = trusted.judge(exercise_id, conn, timeout, grading["sources"].get(exercise_id, ""),
-                                    set(grading.get("own_names", [])))
+            upto = grading["order"][: grading["order"].index(exercise_id) + 1]
+            sources = [grading["sources"][e] for e in upto if e in grading["sources"]]
+            verdict = trusted.judge(exercise_id, conn, timeout, sources, grading["graded"].get(exercise_id))
         result["verdict"] = verdict
-        _write({"kind": "verdict", "exercise": exercise_id, "status": verdict.status, "message": verdict.message})
         trusted.tell_kernel(conn, verdict, grading["tokens"][exercise_id])
     if verdict.status == "timed out":
         _interrupt_kernel()
@@ -259,6 +262,7 @@ def pytest_runtest_call(item):
         judging = (threading.Thread(target=_judge_one, args=(meta["exercise"], exercise_timeout, result),
                                     daemon=True), result, time.monotonic())
         judging[0].start()
+        item.attnlab_judging = result
     try:
         yield
     finally:
@@ -275,7 +279,7 @@ def pytest_runtest_makereport(item, call):
     if not hasattr(item, "cell") or call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
         return
     failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
-    _write({
+    record = {
         "kind": "cell",
         "cell_num": item.cell_num,
         "first_line": _short(item.cell.source.strip().split("\n")[0][:80]),
@@ -285,4 +289,29 @@ def pytest_runtest_makereport(item, call):
         "timed_out": bool(getattr(item.parent, "timed_out", False)),
         "message": _short(str(call.excinfo.value)) if failed else "",
         "outputs": [_output(o) for o in (getattr(item, "test_outputs", None) or [])],
-    })
+    }
+    _write(record)
+    meta = record["attnlab"] or {}
+    if call.when == "call" and "exercise" in meta and "grading" in _state:
+        _settle(meta["exercise"], meta.get("role"), record, item)
+
+
+def _settle(exercise_id: str, role, record: dict, item) -> None:
+    """Write the one verdict of ``exercise_id`` once its cells tell it: a failed exercise cell, or its check cell."""
+    from . import trusted
+    from ...exercises import _protocol
+
+    settled = _state.setdefault("settled", set())
+    if exercise_id in settled:
+        return
+    timeout = item.config.option.nbval_cell_timeout
+    if role == "solution":
+        verdict = trusted.exercise_cell_verdict(exercise_id, record, timeout)
+    elif role == "check":
+        judged = (getattr(item, "attnlab_judging", None) or {}).get("verdict")
+        verdict = trusted.check_cell_verdict(exercise_id, judged, record, timeout)
+    else:
+        verdict = None
+    if verdict is not None:
+        settled.add(exercise_id)
+        _write({"kind": "verdict", **_protocol.part_to_data(verdict)})

@@ -14,10 +14,12 @@ How one submission is graded:
 3. Run it with ``pytest --nbval`` (strict), in a subprocess of its own with a hard wall-clock deadline, the kernel in
    a bubblewrap sandbox (:mod:`.sandbox`) unless ``sandbox=False``. Random inputs of the checks come from a secret
    seed drawn for this grading.
-4. The verdict of each exercise comes from this side (:mod:`.trusted`, run in that pytest process by
+4. The verdict of each exercise is decided on the trusted side (:mod:`.trusted`, run in that pytest process by
    :mod:`.nbval_hooks`): the checker calls the learner's function in the kernel through a socket that carries only
-   plain data, and decides. The kernel prints the token only when told to, so nbval's comparison of the check
-   cell must agree too. An exercise passes only when both say so.
+   the messages of :mod:`attnlab.exercises._protocol`, and the judge decides. The kernel prints the token only when
+   told to, so nbval's comparison of the check cell must agree too: an exercise passes only when both say so. The
+   hooks write that one :class:`Verdict` per exercise to the run's record; this module reads it and never works a
+   verdict out again from nbval's messages.
 5. Report per exercise: passed, failed (the check's message), not attempted, error (the learner's exception), timed
    out (a deadline fired), or missing (the exercise cell was deleted).
 
@@ -27,6 +29,7 @@ own processes and sandbox.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import errno
@@ -49,22 +52,20 @@ from pathlib import Path
 import nbformat
 
 from . import isolation, sandbox
-from .trusted import defined_names, printed_message
 from ..authoring import (
     Exercise,
     FormatError,
     cell_role,
     default_solutions_dir,
     find_exercises,
-    not_attempted_line,
     passed_line,
 )
+from ...exercises import _protocol, _wire
+from ...exercises._protocol import STATUSES, Verdict
 
 DEFAULT_TIMEOUT = 5.0
 SETUP_TIMEOUT = 120.0
-STATUSES = ("passed", "failed", "not attempted", "error", "timed out", "missing")
 _NBVAL_MARKER = re.compile(r"^\s*#+\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\s*$")
-_CELL_FRAME = re.compile(r"Cell In\[\d+\], line (\d+)(?:, in (\w+))?")
 _KERNEL_DEAD = "Kernel dead"
 MAX_FILE_BYTES = 20 * 2**20  # a submission larger than this is not read
 MAX_CELL_CHARS = 100_000  # an exercise cell longer than this is not run
@@ -80,13 +81,7 @@ class SubmissionError(Exception):
     """The file cannot be graded: not a notebook, or no solution notebook matches it."""
 
 
-@dataclass
-class Result:
-    """The result of one exercise: a status from STATUSES and, unless passed, a message for the learner."""
-
-    exercise: str
-    status: str
-    message: str = ""
+Result = Verdict  # the one verdict type of the protocol: an exercise, a status of STATUSES, the learner's message
 
 
 @dataclass
@@ -253,6 +248,20 @@ def learner_exercise_cells(learner, solution, exercises: list[Exercise]) -> dict
     return found
 
 
+def graded_name(check_source: str, exercise_id: str) -> str | None:
+    """The name of the function a check cell passes to ``check`` (``check("2.1", my_causal_mask)``), if plain."""
+    try:
+        tree = ast.parse(check_source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check"
+                and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == exercise_id and isinstance(node.args[1], ast.Name)):
+            return node.args[1].id
+    return None
+
+
 def strip_nbval_markers(source: str) -> str:
     """Blank out nbval marker comments (line numbers stay the same)."""
     return "\n".join("" if _NBVAL_MARKER.match(line) else line for line in source.split("\n"))
@@ -302,10 +311,9 @@ class Run:
     """What one nbval run found: the record of each cell, the trusted verdicts, and whether its deadline fired."""
 
     records: list[dict]
-    verdicts: dict[str, dict]
+    verdicts: dict[str, tuple[int, Verdict]]  # exercise -> (index in records of the cell that settled it, verdict)
     deadline_hit: bool = False
     log: str = ""
-    trusted: bool = False  # the checks were judged on the trusted side (a grading, not a self-check)
 
 
 def deadline_for(n_exercises: int, timeout: float, setup_timeout: float) -> float:
@@ -418,23 +426,33 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         if not lines and not deadline_hit:
             tail = "\n".join(log.strip().splitlines()[-15:])
             raise RuntimeError(f"nbval did not run (pytest exit status {proc.returncode}):\n{tail}")
-        records, verdicts = [], {}
-        for line in lines:
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the last line of a run stopped while writing it
-            if item.get("kind") == "verdict":
-                verdicts[item["exercise"]] = item
-            else:
-                records.append(item)
+        records, verdicts = read_record(lines)
         if not deadline_hit and proc.returncode not in (0, 1):
             # pytest stopped early (it ran out of memory, or was killed): what it had recorded still counts
             records.append({"kind": "cell", "attnlab": None, "when": "call", "ok": False, "timed_out": False,
                             "message": f"{_KERNEL_DEAD}: the grader's process stopped (exit status {proc.returncode})"
                                        "; did your code print a flood of output or use all the memory?",
                             "outputs": [], "first_line": ""})
-        return Run(records, verdicts, deadline_hit, log, trusted=grading is not None)
+        return Run(records, verdicts, deadline_hit, log)
+
+
+def read_record(lines) -> tuple[list[dict], dict[str, tuple[int, Verdict]]]:
+    """The cell records and the verdicts of a run's record file (JSON lines written by :mod:`.nbval_hooks`)."""
+    records, verdicts = [], {}
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the last line of a run stopped while writing it
+        if item.get("kind") == "verdict":
+            try:
+                verdict = _protocol.part_from_data(Verdict, item)
+            except _wire.WireError:
+                continue
+            verdicts.setdefault(verdict.exercise, (len(records) - 1, verdict))
+        else:
+            records.append(item)
+    return records, verdicts
 
 
 def _kill(proc) -> None:
@@ -451,96 +469,21 @@ def _kill(proc) -> None:
 # --- reading the results -----------------------------------------------------------------------------------------
 
 
-def _stdout_stderr(rec: dict) -> tuple[str, str]:
-    streams = [o for o in rec["outputs"] if o["output_type"] == "stream"]
-    return ("".join(o["text"] for o in streams if o["name"] == "stdout"),
-            "".join(o["text"] for o in streams if o["name"] == "stderr"))
-
-
-def _location(error: dict, in_check: bool) -> str:
-    """Where in the learner's cell an exception was raised, from the traceback (empty when unknown)."""
-    frames = _CELL_FRAME.findall("\n".join(error.get("traceback", [])))
-    if not frames:
-        return ""
-    line, function = frames[-1]
-    if function:
-        return f" (line {line} of your exercise cell, in {function})"
-    return "" if in_check else f" (line {line} of your exercise cell)"
-
-
-def _cell_result(ex_id: str, rec: dict, timeout: float, in_check: bool) -> Result:
-    """The result of an exercise from the record of its exercise cell (``in_check=False``) or its check cell."""
-    if rec["ok"]:
-        return Result(ex_id, "passed")
-    errors = [o for o in rec["outputs"] if o["output_type"] == "error"]
-    if rec["message"].startswith("Timeout"):  # only a deadline that fired: a raised KeyboardInterrupt is an error
-        what = "your function did not return" if in_check else "your exercise cell did not finish"
-        why = ": an infinite loop, or far too much work?"
-        if "Failed to interrupt" in rec["message"] or "waiting for output" in rec["message"]:
-            why = " and could not be interrupted (does it catch KeyboardInterrupt, or did it stop the kernel?)"
-        return Result(ex_id, "timed out", f"{what} within {timeout:g} s{why}")
-    if errors:
-        ename, evalue = errors[-1]["ename"], errors[-1]["evalue"]
-        if ename == "ExerciseFailed" and in_check:
-            return Result(ex_id, "failed", evalue)
-        message = f"{ename}: {evalue}" if evalue else ename
-        if ename == "NameError" and in_check:
-            message += " (did you rename the function, or does your exercise cell stop with an error?)"
-        return Result(ex_id, "error", message + _location(errors[-1], in_check))
-    stdout, stderr = _stdout_stderr(rec)
-    if in_check and stdout == not_attempted_line(ex_id) and not stderr:
-        return Result(ex_id, "not attempted")
-    if in_check and rec["message"].startswith("Cell outputs differ"):
-        extra = (stdout.replace(passed_line(ex_id), "") + stderr).strip()
-        if passed_line(ex_id) in stdout or not_attempted_line(ex_id) in stdout:
-            verdict = "the answer is right" if passed_line(ex_id) in stdout else "the function is not written yet"
-            return Result(ex_id, "failed", printed_message(ex_id, extra, verdict))
-        return Result(ex_id, "failed", f"the check printed {stdout.strip()!r} instead of "
-                                       f"{passed_line(ex_id).strip()!r}")
-    return Result(ex_id, "error", rec["message"].strip().splitlines()[0] if rec["message"].strip() else "failed")
-
-
-def _trusted_result(ex_id: str, verdict: dict, check_rec: dict | None, timeout: float) -> Result:
-    """The result of an exercise the trusted side judged; a pass also needs nbval's comparison of the check cell."""
-    status, message = verdict["status"], verdict.get("message", "")
-    if status != "passed":
-        return Result(ex_id, status, message)
-    if check_rec is not None and check_rec["ok"]:
-        return Result(ex_id, "passed")
-    if check_rec is None:
-        return Result(ex_id, "error", "not graded: the kernel stopped before the check finished")
-    stdout, stderr = _stdout_stderr(check_rec)
-    extra = "\n".join(line for line in (stdout + stderr).splitlines()
-                      if not line.startswith(f"Exercise {ex_id}: passed [")).strip()
-    if check_rec.get("timed_out"):
-        return Result(ex_id, "timed out", f"your function did not return within {timeout:g} s")
-    return Result(ex_id, "failed", printed_message(ex_id, extra))
-
-
-_NO_VERDICT = ("the check never reached the grader: did your code redefine `check`, change attnlab.exercises, or "
-               "run the check somewhere else?")
-
-
 def _read_records(run, pending: list[str], timeout: float):
-    """Results of the ``pending`` exercises from one nbval run (a :class:`Run`, or a list of cell records).
+    """Results of the ``pending`` exercises from one nbval run (a :class:`Run`): the verdicts the trusted side wrote,
+    and for the exercises it could not settle (the kernel stopped, the deadline fired), what stopped them.
 
     Returns ``(results, notes, culprit)``. When the kernel died, only the exercises before that point have results,
     and ``culprit`` is the exercise during which it died (None if it died in one of the notebook's own cells).
     """
-    if isinstance(run, list):
-        run = Run(run, {}, False)
     records, verdicts = run.records, run.verdicts
     for rec in records:
         if rec["when"] == "setup" and not rec["ok"]:  # nbval could not start the kernel: not the learner's doing
             raise RuntimeError(f"nbval could not run the notebook: {rec['message'].strip()[:300]}")
     dead = next((i for i, r in enumerate(records) if r["message"].startswith(_KERNEL_DEAD)), len(records))
-    cells: dict[str, dict] = {}
     notes = []
     for rec in records[:dead]:
-        meta = rec["attnlab"] or {}
-        if "exercise" in meta:
-            cells.setdefault(meta["exercise"], {})[meta["role"]] = rec
-        elif not rec["ok"] and rec["when"] == "call":
+        if "exercise" not in (rec["attnlab"] or {}) and not rec["ok"] and rec["when"] == "call":
             errors = [o for o in rec["outputs"] if o["output_type"] == "error"]
             what = f"{errors[-1]['ename']}: {errors[-1]['evalue']}" if errors else rec["message"].strip()
             notes.append(f"a cell of the notebook that is not an exercise failed ({rec.get('first_line', '')!r}): "
@@ -553,18 +496,9 @@ def _read_records(run, pending: list[str], timeout: float):
             notes.append("the kernel stopped in a cell that is not an exercise; the exercises after it were not graded")
     results = {}
     for ex_id in pending:
-        recs = cells.get(ex_id, {})
-        exercise_rec, check_rec = recs.get("solution"), recs.get("check")
-        verdict = verdicts.get(ex_id)
-        if exercise_rec is not None and not exercise_rec["ok"]:
-            result = _cell_result(ex_id, exercise_rec, timeout, in_check=False)
-        elif verdict is not None and verdict.get("status"):
-            result = _trusted_result(ex_id, verdict, check_rec, timeout)
-        elif check_rec is not None:
-            result = _cell_result(ex_id, check_rec, timeout, in_check=True)
-            if run.trusted and (result.status in ("passed", "not attempted")
-                                or check_rec["message"].startswith("Cell outputs differ")):
-                result = Result(ex_id, "failed", _NO_VERDICT)  # whatever the kernel printed, nobody judged it
+        where, verdict = verdicts.get(ex_id, (len(records), None))
+        if verdict is not None and where < dead:  # settled by a cell that ran before the kernel stopped
+            result = verdict
         elif ex_id == culprit:
             result = Result(ex_id, "error", "the kernel died while running your code (did it call exit(), or use "
                                             "all the memory?)")
@@ -611,7 +545,8 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
         sources = {ex.id: strip_nbval_markers(cells[ex.id].get("source", "")) for ex in exercises
                    if ex.id not in skip}
         grading = {"seed": secrets.randbits(63), "tokens": {ex.id: secrets.token_hex(16) for ex in exercises},
-                   "sources": sources, "own_names": sorted(defined_names(sources.values()))}
+                   "sources": sources, "order": [ex.id for ex in exercises],
+                   "graded": {ex.id: graded_name(solution.cells[ex.check_cell].source, ex.id) for ex in exercises}}
         while len(results) < len(exercises):
             pending = [ex.id for ex in exercises if ex.id not in results]
             nb = grading_notebook(solution, exercises, cells, skip, grading["tokens"])
