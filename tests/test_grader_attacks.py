@@ -314,6 +314,8 @@ def _knock(folder: Path, stop: threading.Event, seen: dict) -> None:
                         seen["root"].append("served" if sock.recv(1) else "closed")
                 except socket.timeout:
                     seen["root"].append("unanswered")
+                except ConnectionResetError:  # closed with our messages unread
+                    seen["root"].append("closed")
                 except OSError as exc:
                     seen["root"].append(type(exc).__name__)
             time.sleep(0.5)

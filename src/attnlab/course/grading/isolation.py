@@ -321,6 +321,8 @@ def make_cgroup(limits, *, root: Path | None = None) -> Cgroup:
             if controller in on_v2:
                 continue
             parent = v1[controller] / own.get(controller, "/").lstrip("/")
+            if not parent.is_dir():  # a container that shows its own cgroup as the root of the mount
+                parent = v1[controller]
             folder = parent / name
             if folder not in made:
                 folder.mkdir(mode=0o755)
