@@ -58,6 +58,7 @@ from .model import (
     loss_and_grads,
     model_forward,
     train,
+    train_many,
 )
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .softmax import softmax
@@ -73,6 +74,7 @@ __all__ = [
     "merge_heads", "model_forward", "multi_head_attention", "online_softmax", "online_softmax_stats", "padding_mask",
     "position_ids", "project_qkv", "projection_flops", "repeat_kv", "score_bytes", "sliding_window_mask", "softmax",
     "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "train",
+    "train_many",
 ]
 
 
