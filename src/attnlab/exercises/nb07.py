@@ -137,15 +137,19 @@ def _tile_case(rng, Br, Bc, D, Dv, *, dead_row):
     if dead_row:
         allowed_row[Br - 1] = False  # ... but one: a row with no allowed key at all has L = -inf
     j0 = S - Bc  # the tile is the last Bc keys
-    c = 1 / np.sqrt(D)
-    P = softmax(q @ k.T * c, allowed_row)
-    out = P @ v
-    with np.errstate(divide="ignore"):
-        s = np.where(allowed_row, q @ k.T * c, -np.inf)
-        m = s.max(-1)
-        lse = np.where(np.isneginf(m), -np.inf, m + np.log(np.exp(s - np.where(np.isneginf(m), 0, m)[:, None]).sum(-1)))
-    delta = (dout * out).sum(-1)
+    lse, delta = _lse_and_delta(q, k, v, dout, allowed_row)
     return q, k[j0:], v[j0:], dout, lse, delta, allowed_row[:, j0:]
+
+
+def _lse_and_delta(q, k, v, dout, mask):
+    """What the forward pass leaves for the backward: ``L = log Σ_j e^(s_ij)`` (−inf for a row with no allowed key) and
+    ``D = rowsum(dO ∘ O)``, each (T,)."""
+    s = np.where(mask, q @ k.T / np.sqrt(q.shape[-1]), -np.inf)  # (T, S)
+    m = s.max(-1)
+    shift = np.where(np.isneginf(m), 0.0, m)  # a row with no allowed key: nothing to subtract
+    with np.errstate(divide="ignore"):
+        lse = np.where(np.isneginf(m), -np.inf, m + np.log(np.exp(s - shift[:, None]).sum(-1)))
+    return lse, (dout * (softmax(s, mask) @ v)).sum(-1)
 
 
 def _unpack_three(got, call, shapes, names=("dq", "dk", "dv")):
@@ -219,15 +223,7 @@ def check_tile_backward(tile_backward) -> None:
     v, dout = rng.normal(size=(S, Dv)), rng.normal(size=(T, Dv))
     mask = np.tril(np.ones((T, S), dtype=bool), k=S - T)  # causal, the queries are the last T positions
     mask[2] = False  # a query with no allowed key
-    c = 1 / np.sqrt(D)
-    P = softmax(q @ k.T * c, mask)
-    out = P @ v
-    with np.errstate(divide="ignore"):
-        s = np.where(mask, q @ k.T * c, -np.inf)
-        m = s.max(-1)
-        lse = np.where(np.isneginf(m), -np.inf,
-                       m + np.log(np.exp(s - np.where(np.isneginf(m), 0, m)[:, None]).sum(-1)))
-    delta = (dout * out).sum(-1)
+    lse, delta = _lse_and_delta(q, k, v, dout, mask)
     Br, Bc = 3, 4
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
     for i0 in range(0, T, Br):
