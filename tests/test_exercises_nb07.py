@@ -238,3 +238,41 @@ def test_forbidden_functions_are_named():
 def test_calling_the_reference_fails(exercise_id, call):
     with pytest.raises(ExerciseFailed, match="asks you to write this yourself"):
         check(exercise_id, call)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the same checkers as the grader runs them: in the trusted process, the answer behind the wire, a secret seed
+
+
+def _judged(exercise_id, answer, monkeypatch):
+    import socket
+    import threading
+
+    from attnlab import exercises
+    from attnlab.course.grading import trusted
+    from attnlab.exercises import _agent
+
+    monkeypatch.setattr(exercises, "_SECRET", 12345)  # the grading draw: other sizes and values than the self-check
+    a, b = socket.socketpair()
+    session = _agent._Session(b, exercise_id, answer)
+    thread = threading.Thread(target=lambda: pytest.raises(_agent._Verdict, session._wait), daemon=True)
+    thread.start()
+    with a, b:
+        verdict = trusted.judge(exercise_id, a, 60.0)
+        trusted.tell_kernel(a, verdict, "TOKEN")
+        thread.join(5)
+    return verdict
+
+
+@pytest.mark.parametrize("exercise_id, fn, mistake, hint", [
+    ("7.1", tile_backward, "no [:, None]", "one number per row must stay a column"),
+    ("7.1", tile_backward, "tile delta", "use the given D_i"),
+    ("7.2", gqa_backward, "no keepdims", "one number per row must stay a column"),
+    ("7.2", gqa_backward, "mask after softmax", "before the softmax"),
+    ("7.3", cross_entropy_backward, "no 1/N", "forgot the 1/N"),
+])
+def test_graded_over_the_wire_with_a_secret_seed(exercise_id, fn, mistake, hint, monkeypatch):
+    assert _judged(exercise_id, fn, monkeypatch).status == "passed"
+    assert _judged(exercise_id, lambda *args: fn(*args, mistake="float32"), monkeypatch).status == "passed"
+    verdict = _judged(exercise_id, lambda *args: fn(*args, mistake=mistake), monkeypatch)
+    assert verdict.status == "failed" and hint in verdict.message
