@@ -127,8 +127,8 @@ def gqa_backward(q, k, v, dout, mask, *, mistake=None):
 
 @pytest.mark.parametrize("mistake, hint", [
     ("mask after softmax", "apply the mask to the scores, before the softmax"),
-    ("np.tile", "summed the np.tile way"),
-    ("wrong group", "summed over the wrong group"),
+    ("np.tile", "the np.tile way"),
+    ("wrong group", "over the wrong group"),
     ("mean", "do not average"),
     ("no group sum", "dk has one gradient per query head"),
     ("no keepdims", "one number per row must stay a column"),

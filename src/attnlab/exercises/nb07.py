@@ -62,23 +62,23 @@ def _answer_dtype(g):
 _SHAPES = re.compile(r"\(([\d, ]*)\)")
 
 
-def _broadcast_hint(error: Exception, row_axis_shape: tuple) -> str | None:
-    """If ``error`` is numpy's broadcast error between an array and one per row without its last axis, name it."""
+_KEEPDIMS = ("one number per row must stay a column: keep the summed axis (sum(axis=-1, keepdims=True)) or add it back "
+             "with [..., None], so that it broadcasts against the (rows, keys) array row by row, not column by column")
+
+
+def _is_row_broadcast(error: Exception, row_axis_shape: tuple) -> bool:
+    """Is ``error`` numpy's broadcast error between an array and one number per row that lost its last axis?"""
     text = str(error)
-    if "broadcast" not in text:
-        return None
     shapes = [tuple(int(x) for x in s.replace(" ", "").split(",") if x) for s in _SHAPES.findall(text)]
-    if any(s == row_axis_shape for s in shapes):
-        return ("one number per row must stay a column: keep the summed axis (sum(axis=-1, keepdims=True)) or add it "
-                "back with [..., None], so that it broadcasts against the (rows, keys) array row by row, not "
-                "column by column")
-    return None
+    return "broadcast" in text and row_axis_shape in shapes
 
 
-def _raised_hint(error: Exception, row_axis_shape: tuple, products: str) -> str:
-    return _broadcast_hint(error, row_axis_shape) or (
-        "every product must have matching inner sizes (the sizes differ on purpose, so a transposed product fails "
-        f"loudly): {products}")
+def _raised_hint(error: Exception, row_axis_shape: tuple, keepdims: str, products: str) -> str:
+    """The hint for a ValueError the learner's code raised: a lost row axis, or a product of mismatched sizes."""
+    if _is_row_broadcast(error, row_axis_shape):
+        return keepdims
+    return ("every product must have matching inner sizes (the sizes differ on purpose, so a transposed product fails "
+            f"loudly): {products}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -110,20 +110,23 @@ def _tile_variant(q_i, k_j, v_j, dout_i, lse_i, delta_i, allowed, mistake=None):
         return dq, dk, dv
 
 
+# The classic mistakes, as "you ..." (the failure message and the instructor guide both read them so) -> the variant
 _TILE_MISTAKES = {
-    "tile softmax": "P_ij = exp(s_ij − L_i) with the whole row's log-sum-exp L_i, not a softmax over this tile's keys: "
-                    "the tile holds only part of the row, so its own softmax normalises over the wrong keys",
-    "tile delta": "use the given D_i = rowsum(dO_i ∘ O_i) of the whole row; rowsum(P_ij ∘ dP_ij) over this tile sees "
-                  "only the tile's keys (the tile's shares only add up to the gradient with the row's D_i)",
-    "no delta": "dS_ij = P_ij ∘ (dP_ij − D_i): the second term, the row's D_i, is missing",
-    "no scale in s": "the scores are s_ij = q_i k_jᵀ / √D, the same scores the forward took its log-sum-exp of: the "
-                     "scale is missing before exp(s − L)",
-    "no scale in grads": "the scale is missing in the gradients: s = c q kᵀ with c = 1/√D, so dq_i = c dS_ij k_j and "
-                         "dk_j = c dS_ijᵀ q_i",
-    "mask ignored": "masked pairs must get P = 0: set their scores to −inf before exp(s − L) (allowed is False there)",
-    "L per column": "L_i is one number per query row: subtract it as a column, lse_i[:, None], so that row r of the tile "
-                    "uses L_r (without [:, None] a square tile subtracts L_c from column c)",
-    "sign": "sign error in dq and dk: dS = P ∘ (dP − D), not P ∘ (D − dP)",
+    "took a softmax over this tile's keys: P_ij = exp(s_ij − L_i) with the whole row's log-sum-exp L_i, not a softmax "
+    "over this tile (the tile holds only part of the row, so its own softmax normalises over the wrong keys)":
+        "tile softmax",
+    "summed rowsum(P_ij ∘ dP_ij) over this tile: use the given D_i = rowsum(dO_i ∘ O_i) of the whole row (the tile sees "
+    "only its own keys, and the tiles' shares add up to the gradient only with the row's D_i)": "tile delta",
+    "left out D_i: dS_ij = P_ij ∘ (dP_ij − D_i), and the second term, the row's D_i, is missing": "no delta",
+    "forgot the scale in the scores: s_ij = q_i k_jᵀ / √D are the scores the forward took its log-sum-exp of, so the "
+    "scale is missing before exp(s − L)": "no scale in s",
+    "forgot the scale in the gradients: s = c q kᵀ with c = 1/√D, so dq_i = c dS_ij k_j and dk_j = c dS_ijᵀ q_i (the "
+    "scale is missing in the gradients)": "no scale in grads",
+    "ignored the mask: masked pairs must get P = 0, so set their scores to −inf before exp(s − L) (allowed is False "
+    "there)": "mask ignored",
+    "subtracted L along the keys: L_i is one number per query row, subtract it as a column, lse_i[:, None], so that row "
+    "r of the tile uses L_r (without [:, None] a square tile subtracts L_c from column c)": "L per column",
+    "flipped the sign of dS: dS = P ∘ (dP − D), not P ∘ (D − dP)": "sign",
 }
 
 
@@ -182,7 +185,7 @@ def _check_one_tile(fn, args, call):
         got = _quiet(fn, *args)
     except ValueError as error:
         fail(f"{call} raised ValueError", "(dq_i, dk_j, dv_j)", f"ValueError: {error}",
-             _raised_hint(error, lse_i.shape, _TILE_PRODUCTS))
+             _raised_hint(error, lse_i.shape, _KEEPDIMS, _TILE_PRODUCTS))
     shapes = {"dq": q_i.shape, "dk": k_j.shape, "dv": v_j.shape}
     arrays, dtypes = _unpack_three(got, call, shapes)
     expected = dict(zip(("dq", "dk", "dv"), _tile_variant(*args)))
@@ -194,13 +197,13 @@ def _check_one_tile(fn, args, call):
             fail(f"{call}: {name} contains NaN or inf", "finite gradients (the last row has no allowed key)",
                  _fmt(g), _NAN_TILE)
         index = ("dq", "dk", "dv").index(name)
-        for mistake, hint in _TILE_MISTAKES.items():
+        for hint, mistake in _TILE_MISTAKES.items():
             try:
                 variant = _tile_variant(*args, mistake=mistake)[index]
             except ValueError:  # L per column on a non-square tile: numpy refuses it, and so did the learner's code
                 continue
             if _close(g, variant, dtypes[name]):
-                fail(f"{call}: {name} is wrong", _fmt(e), _fmt(g), hint)
+                fail(f"{call}: {name} is wrong", _fmt(e), _fmt(g), "you " + hint)
         fail(f"{call}: {name} is wrong", _fmt(e), _fmt(g),
              "P_ij = exp(s_ij − L_i) (0 where not allowed), dv_j = P_ijᵀ dO_i, dS_ij = P_ij ∘ (dO_i v_jᵀ − D_i), "
              "dq_i = c dS_ij k_j, dk_j = c dS_ijᵀ q_i with c = 1/√D")
@@ -281,24 +284,24 @@ def _gqa_variant(q, k, v, dout, mask, mistake=None):
         return dq, dk, dv
 
 
-def _gqa_mistakes(G):
-    return {
-        "mask after softmax": "apply the mask to the scores, before the softmax (a masked score becomes −inf, so its "
-                              "weight is 0 and the other weights of the row are renormalised); zeroing weights after "
-                              "the softmax leaves rows that no longer sum to 1, and the forward is not attention",
-        "tile": f"the group is summed the np.tile way: query head h uses key/value head h // G (with G = {G}: heads "
-                f"[K0]*{G} + [K1]*{G} + ..., np.repeat), so dk and dv of key head j sum the query heads jG … jG + G − 1: "
-                "reshape (B, Hkv, G, S, D) and sum over axis 2",
-        "tile sum": f"dk and dv are summed over the wrong group: query heads h, h + Hkv, … are not a group; query head h "
-                    f"uses key/value head h // G (G = {G}), so reshape (B, H, S, D) to (B, Hkv, G, S, D) and sum axis 2",
-        "mean": "sum over the G query heads of a group, do not average them: each query head's use of a key adds "
-                "its own gradient",
-        "first head only": "every query head of a group uses the key/value head, so dk and dv sum the gradients of all "
-                           "G of them, not just the first",
-        "no scale in s": "the forward pass uses softmax(q kᵀ / √D): the scale is missing in the scores",
-        "no scale in grads": "the scale is missing in the gradients: s = c q kᵀ with c = 1/√D, so dq = c dS k and "
-                             "dk = c dSᵀ q (summed over the group)",
-    }
+_GQA_MISTAKES = {  # "you ..." -> the variant
+    "applied the mask after the softmax: apply the mask to the scores, before the softmax (a masked score becomes −inf, "
+    "so its weight is 0 and the other weights of the row are renormalised); zeroing weights after the softmax leaves "
+    "rows that no longer sum to 1, and the forward pass is not attention": "mask after softmax",
+    "paired the heads the np.tile way: query head h uses key/value head h // G (np.repeat: K0, K0, K1, K1 for G = 2, not "
+    "K0, K1, K0, K1), so dk and dv of key head j sum the query heads jG … jG + G − 1: reshape to (B, Hkv, G, S, D) and "
+    "sum over axis 2": "tile",
+    "summed dk and dv over the wrong group: query heads h, h + Hkv, … do not share a key head; query head h uses key/value "
+    "head h // G, so reshape (B, H, S, D) to (B, Hkv, G, S, D) and sum over axis 2": "tile sum",
+    "averaged the G query heads of a group: sum them, do not average them, since each query head's use of a key adds "
+    "its own gradient": "mean",
+    "kept only the first query head of each group: every query head of a group uses the key/value head, so dk and dv "
+    "sum the gradients of all G of them": "first head only",
+    "forgot the scale in the scores: the forward pass uses softmax(q kᵀ / √D), so the scale is missing in the scores":
+        "no scale in s",
+    "forgot the scale in the gradients: s = c q kᵀ with c = 1/√D, so dq = c dS k and dk = c dSᵀ q, summed over the "
+    "group (the scale is missing in the gradients)": "no scale in grads",
+}
 
 
 def _gqa_inputs(rng, *, Hkv, G, masked):
@@ -336,7 +339,7 @@ def check_gqa_backward(gqa_backward) -> None:
             got = _quiet(gqa_backward, q, k, v, dout, mask)
         except ValueError as error:
             fail(f"{call} raised ValueError", "(dq, dk, dv)", f"ValueError: {error}",
-                 _raised_hint(error, (B, H, T), _GQA_PRODUCTS))
+                 _raised_hint(error, (B, H, T), _KEEPDIMS, _GQA_PRODUCTS))
         shapes = {"dq": q.shape, "dk": k.shape, "dv": v.shape}
         if isinstance(got, (tuple, list)) and len(got) == 3:
             for name, g in zip(("dk", "dv"), got[1:]):
@@ -359,9 +362,9 @@ def check_gqa_backward(gqa_backward) -> None:
             with np.errstate(all="ignore"):
                 b, h = np.unravel_index(np.nanargmax(np.abs(g - e).reshape(*g.shape[:2], -1).max(-1)), g.shape[:2])
             what = f"{call}: {name} is wrong, e.g. {name}[{b}, {h}]"  # one head of the batch is enough to read
-            for mistake, hint in _gqa_mistakes(H // Hkv).items():
+            for hint, mistake in _GQA_MISTAKES.items():
                 if _close(g, _gqa_variant(q, k, v, dout, mask, mistake)[index], dtypes[name]):
-                    fail(what, _fmt(e[b, h]), _fmt(g[b, h]), hint)
+                    fail(what, _fmt(e[b, h]), _fmt(g[b, h]), "you " + hint)
             fail(what, _fmt(e[b, h]), _fmt(g[b, h]),
                  "per query head h on key/value head h // G: dv_h = Pᵀ dO, dS = P ∘ (dO vᵀ − rowsum(P ∘ dO vᵀ)), "
                  "dq = c dS k, dk_h = c dSᵀ q; then dk and dv of a key/value head sum its G query heads")
@@ -369,6 +372,16 @@ def check_gqa_backward(gqa_backward) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # 7.3 the cross-entropy backward
+
+
+_CE_MISTAKES = {  # "you ..." -> the variant
+    "forgot the 1/N: the loss is the mean over the N positions, so is its gradient": "no 1/N",
+    "left out the one-hot term: d(−log p_y)/dz = p − onehot(y), and the one-hot term is missing (the target's logit must "
+    "go up)": "no onehot",
+    "made a sign error: the gradient is p − onehot (gradient descent then raises the target)": "sign",
+    "used the logits themselves: use the softmax of the logits, p = softmax(z), not the logits": "logits",
+    "divided by N·V: divide by N (the positions), not by N·V": "N*V",
+}
 
 
 @exercise("7.3", forbids=("attnlab.cross_entropy", "attnlab.loss_and_grads"))
@@ -384,7 +397,7 @@ def check_cross_entropy_backward(cross_entropy_backward) -> None:
         got = _quiet(cross_entropy_backward, logits, targets)
     except ValueError as error:
         fail(f"{call} raised ValueError", f"an array of shape {(N, V)}", f"ValueError: {error}",
-             _broadcast_hint(error, (N,)) or "the gradient has one entry per logit, (N, V)")
+             _raised_hint(error, (N,), _KEEPDIMS, "the gradient has one entry per logit, (N, V)"))
     dtype = _answer_dtype(got)
     got = float_array(got, call, (N, V), "one gradient per logit: shape (N, V)")
     p = softmax(logits)
@@ -395,10 +408,9 @@ def check_cross_entropy_backward(cross_entropy_backward) -> None:
     if not np.isfinite(got).all():
         fail(f"{call} contains NaN or inf", "finite gradients", _fmt(got),
              "row 2 has logits near 800: e^800 overflows; subtract each row's max before exp (a stable softmax)")
-    variants = ((p - onehot, "you forgot the 1/N: the loss is the mean over the N positions, so is its gradient"),
-                (p / N, "the one-hot term is missing: d(-log p_y)/dz = p − onehot(y); the target's logit must go up"),
-                ((onehot - p) / N, "sign error: the gradient is p − onehot (gradient descent then raises the target)"),
-                ((logits - onehot) / N, "use the softmax of the logits, p = softmax(z), not the logits themselves"),
-                ((p - onehot) / (N * V), "divide by N (the positions), not by N·V"))
-    hint = next((h for variant, h in variants if _close(got, variant, dtype)), "dz = (softmax(z) − onehot(y)) / N")
-    fail(f"{call} is wrong (targets = {targets.tolist()})", _fmt(expected), _fmt(got), hint)
+    variants = {"no 1/N": p - onehot, "no onehot": p / N, "sign": (onehot - p) / N, "logits": (logits - onehot) / N,
+                "N*V": (p - onehot) / (N * V)}
+    for hint, mistake in _CE_MISTAKES.items():
+        if _close(got, variants[mistake], dtype):
+            fail(f"{call} is wrong (targets = {targets.tolist()})", _fmt(expected), _fmt(got), "you " + hint)
+    fail(f"{call} is wrong (targets = {targets.tolist()})", _fmt(expected), _fmt(got), "dz = (softmax(z) − onehot(y)) / N")
