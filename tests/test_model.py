@@ -21,6 +21,7 @@ from attnlab import (
     model_forward,
     multi_head_attention,
     train,
+    train_many,
 )
 
 
@@ -196,3 +197,51 @@ def test_copy_task_layout():
     assert np.array_equal(tokens[:, 1:], targets[:, :-1])
     assert np.all(tokens[:, 4] == 0) and np.array_equal(tokens[:, 5:], tokens[:, :3])
     assert np.array_equal(targets[:, 4:], tokens[:, :4]) and tokens[:, :4].min() >= 1
+
+
+@pytest.mark.parametrize("kwargs, mask, causal", [
+    (dict(H=2), None, True),
+    (dict(H=2, Hkv=1, n_layers=2), None, True),
+    (dict(H=1, D=12), np.arange(8)[None, :] <= np.arange(8)[:, None] + 1, False),  # the off-by-one mask
+    (dict(H=2, learned_positions=True), None, True),  # trained positions get a gradient too
+])
+def test_train_many_equals_train_on_each_model(kwargs, mask, causal):
+    """Stacked training is train() on every model: different seeds, scales, learning rates and batches per model."""
+    kwargs = {"learned_positions": False, **kwargs}
+    models = [init_model(7, 8, d_model=8, seed=s, **kwargs) for s in range(3)]
+    models[1].scale = 1.0  # an unscaled model in the same stack
+    alone = [m.copy() for m in models]
+    lrs = [0.02, 0.01, 0.005]
+
+    def batch(step, s):
+        return copy_task(4, 4, 7, seed=100 * s + step)
+
+    def stacked(step):
+        per_model = [batch(step, s) for s in range(3)]
+        return np.stack([t for t, _ in per_model]), np.stack([y for _, y in per_model])
+
+    losses, snaps = train_many(models, stacked, 6, lr=lrs, mask=mask, causal=causal, snapshot_every=3)
+    assert losses.shape == (3, 6) and [step for step, _ in snaps] == [0, 3, 6]
+    for s, (m, a) in enumerate(zip(models, alone)):
+        expected = train(a, lambda step: batch(step, s), 6, lr=lrs[s], mask=mask, causal=causal)
+        np.testing.assert_allclose(losses[s], expected, rtol=1e-12)
+        for name, p in a.params.items():
+            np.testing.assert_allclose(m.params[name], p, rtol=1e-9, atol=1e-12)
+            np.testing.assert_array_equal(snaps[-1][1][s].params[name], m.params[name])
+        assert snaps[0][1][s].scale == m.scale and not np.array_equal(snaps[0][1][s].params["W_out"], m.params["W_out"])
+
+
+def test_train_many_shares_one_batch_and_checks_its_inputs():
+    models = [init_model(5, 6, d_model=4, H=1, seed=s) for s in range(2)]
+    losses = train_many(models, lambda step: copy_task(3, 3, 5, seed=step), 2)  # (B, T): one batch for both
+    assert losses.shape == (2, 2) and not np.allclose(losses[0], losses[1])
+    with pytest.raises(ValueError, match="non-empty list"):
+        train_many([], lambda step: copy_task(3, 3, 5), 2)
+    with pytest.raises(ValueError, match="differs from models\\[0\\]"):
+        train_many([models[0], init_model(5, 6, d_model=4, H=2, seed=0)], lambda step: copy_task(3, 3, 5), 2)
+    with pytest.raises(ValueError, match="lr must be a positive number or 2"):
+        train_many(models, lambda step: copy_task(3, 3, 5), 2, lr=[0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="tokens must have shape \\(N=2, B, T\\)"):
+        train_many(models, lambda step: tuple(np.stack([a] * 3) for a in copy_task(3, 3, 5)), 2)
+    with pytest.raises(ValueError, match="batches must be a function"):
+        train_many(models, None, 2)

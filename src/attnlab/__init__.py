@@ -58,6 +58,7 @@ from .model import (
     loss_and_grads,
     model_forward,
     train,
+    train_many,
 )
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .position import rope
@@ -75,6 +76,7 @@ __all__ = [
     "position_ids", "project_qkv", "projection_flops", "repeat_kv", "rope", "score_bytes",
     "sliding_window_mask", "softmax",
     "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "train",
+    "train_many",
 ]
 
 

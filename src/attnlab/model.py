@@ -16,6 +16,7 @@ import numpy as np
 
 from ._checks import positive_int, scale_value
 from ._parallel import _blas_controller
+from ._qkv import prepare_mask
 from .attention import attention
 from .backward import attention_backward
 from .heads import AttentionWeights, KVCache, _float_dtype, decode_step, merge_heads, project_qkv, split_heads
@@ -324,6 +325,155 @@ def train(model: Model, batches, steps: int, *, lr: float = 1e-2, mask=None, cau
         snapshots.append((steps, model.copy()))
         return losses, snapshots
     return losses
+
+
+def train_many(models, batches, steps: int, *, lr=1e-2, mask=None, causal: bool = True, snapshot_every: int = 0):
+    """Train several independent models of one shape at once (e.g. one per seed), each as :func:`train` would.
+
+    ``models`` is a list of ``N`` models with the same parameter shapes, heads and layers; their ``scale`` may differ.
+    ``batches(step) -> (tokens, targets)``, each ``(N, B, T)`` (one batch per model) or ``(B, T)`` (shared). ``lr`` is
+    one learning rate or one per model. Returns the losses ``(N, steps)``; with ``snapshot_every = n`` also a list of
+    ``(step, [N model copies])`` before step 0 and after every n-th step. The models are trained in place.
+
+    Notes
+    -----
+    The ``N`` models are stacked along a new leading axis and every matmul of the forward and backward pass runs on
+    the stack at once, so ``N`` small models cost little more than one (numpy's overhead per call dominates at these
+    sizes). The arithmetic is :func:`loss_and_grads` and :class:`Adam`'s, evaluated in another order, so a model
+    trained here equals the same model trained alone up to rounding.
+
+    Examples
+    --------
+    >>> ms = [init_model(6, 8, d_model=8, H=2, seed=s) for s in range(3)]
+    >>> losses = train_many(ms, lambda step: copy_task(4, 4, 6, seed=step), 5)
+    >>> losses.shape
+    (3, 5)
+    """
+    models, N = _check_stack(models)
+    steps = positive_int(steps, "steps")
+    if not callable(batches):
+        raise ValueError(f"batches must be a function step -> (tokens, targets), got {type(batches).__name__}")
+    lrs = np.broadcast_to(np.asarray(lr, dtype=float), (N,)) if np.ndim(lr) <= 1 and np.size(lr) in (1, N) else None
+    if lrs is None or not np.all(np.isfinite(lrs)) or np.any(lrs <= 0):
+        raise ValueError(f"lr must be a positive number or {N} positive numbers (one per model), got {lr!r}")
+    first = models[0]
+    params = {name: np.stack([m.params[name] for m in models]) for name in first.params}  # (N, ...) each
+    scales = np.array([1 / np.sqrt(m.D) if m.scale is None else m.scale for m in models])  # (N,)
+    opt, losses, snapshots = Adam(1.0), np.empty((N, steps)), []
+    b1, b2 = opt.betas
+
+    def unstack():
+        return [Model({name: p[n].copy() for name, p in params.items()}, m.H, m.Hkv, m.n_layers, m.scale,
+                      m.learned_positions, m.frozen) for n, m in enumerate(models)]
+
+    with _one_blas_thread():
+        for step in range(steps):
+            if snapshot_every and step % snapshot_every == 0:
+                snapshots.append((step, unstack()))
+            tokens, targets = (_stack_tokens(a, N, first, name) for a, name in zip(batches(step), ("tokens", "targets")))
+            if targets.shape != tokens.shape:
+                raise ValueError(f"targets must have the shape of tokens {tokens.shape}, got {targets.shape}")
+            losses[:, step], grads = _stacked_loss_and_grads(params, first, scales, tokens, targets, mask, causal)
+            opt.t += 1
+            for name, g in grads.items():  # Adam, one learning rate per model
+                m = opt.m[name] = b1 * opt.m.get(name, 0.0) + (1 - b1) * g
+                v = opt.v[name] = b2 * opt.v.get(name, 0.0) + (1 - b2) * g * g
+                lr_n = lrs.reshape(N, *([1] * (g.ndim - 1)))
+                params[name] -= lr_n * (m / (1 - b1 ** opt.t)) / (np.sqrt(v / (1 - b2 ** opt.t)) + opt.eps)
+    for n, m in enumerate(models):  # in place, as train does
+        for name in m.params:
+            m.params[name][...] = params[name][n]
+    if snapshot_every:
+        snapshots.append((steps, unstack()))
+        return losses, snapshots
+    return losses
+
+
+def _check_stack(models):
+    if not isinstance(models, (list, tuple)) or not models:
+        raise ValueError(f"models must be a non-empty list of Model, got {type(models).__name__}")
+    models = [_check_model(m) for m in models]
+    first = models[0]
+    for i, m in enumerate(models[1:], 1):
+        same = (m.H, m.Hkv, m.n_layers, m.frozen) == (first.H, first.Hkv, first.n_layers, first.frozen)
+        if not same or m.params.keys() != first.params.keys() or any(
+                m.params[n].shape != p.shape or m.params[n].dtype != p.dtype for n, p in first.params.items()):
+            raise ValueError(f"models[{i}] differs from models[0] in shape (H, Hkv, layers, parameter shapes or "
+                             "dtypes): train_many stacks models of one shape")
+    return models, len(models)
+
+
+def _stack_tokens(a, N, model, name):
+    a = np.asarray(a)
+    if a.ndim == 2:
+        a = np.broadcast_to(a, (N, *a.shape))  # one batch shared by every model
+    if a.ndim != 3 or a.shape[0] != N:
+        raise ValueError(f"{name} must have shape (N={N}, B, T) or (B, T), got {a.shape}")
+    _check_tokens(a.reshape(-1, a.shape[-1]), model, name)
+    return a
+
+
+def _stacked_loss_and_grads(params, model, scales, tokens, targets, mask, causal):
+    """:func:`loss_and_grads` for ``N`` models stacked on axis 0: losses ``(N,)`` and gradients ``(N, ...)``."""
+    N, B, T = tokens.shape
+    H, Hkv = model.H, model.Hkv
+    G = H // Hkv
+    n_idx = np.arange(N)[:, None, None]
+    c = scales.reshape(N, 1, 1, 1, 1, 1)  # one scale per model, on (N, B, Hkv, G, T, T)
+    allowed = prepare_mask(mask, causal, (B, H, T, 1), T)  # broadcastable to (B, H, T, T), or None
+    if allowed is not None:
+        allowed = np.broadcast_to(allowed, (B, H, T, T)).reshape(B, Hkv, G, T, T)
+
+    def rows(a):  # (N, B, T, X) -> (N, B*T, X)
+        return a.reshape(N, B * T, a.shape[-1])
+
+    def heads(a, n):  # (N, B, T, n*D) -> (N, B, n, T, D), contiguous so that every matmul below runs on BLAS
+        return np.ascontiguousarray(split_heads(a, n))
+
+    h = params["embed"][n_idx, tokens] + params["pos"][:, None, :T]  # (N, B, T, d_model)
+    saved = []
+    for l in range(model.n_layers):
+        W = {n: params[f"layers.{l}.{n}"] for n in LAYER_PARAMS}  # (N, d_model, H*D), ...
+        q = heads((rows(h) @ W["W_q"]).reshape(N, B, T, -1), H)  # (N, B, H, T, D)
+        k = heads((rows(h) @ W["W_k"]).reshape(N, B, T, -1), Hkv)[:, :, :, None]  # (N, B, Hkv, 1, T, D)
+        v = heads((rows(h) @ W["W_v"]).reshape(N, B, T, -1), Hkv)[:, :, :, None]
+        qg = q.reshape(N, B, Hkv, G, T, -1)  # (N, B, Hkv, G, T, D): query head h uses key head h // G
+        P = softmax(c * (qg @ k.swapaxes(-1, -2)), allowed)  # (N, B, Hkv, G, T, T)
+        merged = merge_heads((P @ v).reshape(N, B, H, T, -1))  # (N, B, T, H*D)
+        saved.append((h, qg, k, v, P, merged, W))
+        h = h + (rows(merged) @ W["W_o"]).reshape(h.shape)  # the residual stream
+    logits = rows(h) @ params["W_out"] + params["b_out"][:, None]  # (N, B*T, V)
+    flat_targets = targets.reshape(N, B * T, 1)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_z = np.log(np.exp(shifted).sum(axis=-1))  # (N, B*T)
+    losses = (log_z - np.take_along_axis(shifted, flat_targets, -1)[..., 0]).mean(axis=1)  # -log p_target, (N,)
+    dlogits = softmax(logits)
+    np.put_along_axis(dlogits, flat_targets, np.take_along_axis(dlogits, flat_targets, -1) - 1, axis=-1)
+    dlogits /= B * T  # (N, B*T, V)
+    grads = {"W_out": rows(h).swapaxes(1, 2) @ dlogits, "b_out": dlogits.sum(axis=1)}
+    dh = (dlogits @ params["W_out"].swapaxes(1, 2)).reshape(h.shape)  # (N, B, T, d_model)
+    for l in reversed(range(model.n_layers)):
+        x, qg, k, v, P, merged, W = saved[l]
+        grads[f"layers.{l}.W_o"] = rows(merged).swapaxes(1, 2) @ rows(dh)
+        dO = heads((rows(dh) @ W["W_o"].swapaxes(1, 2)).reshape(N, B, T, -1), H).reshape(qg.shape[:-1] + (-1,))
+        dv = (P.swapaxes(-1, -2) @ dO).sum(axis=3)  # dV = Pᵀ dO, summed over the G query heads: (N, B, Hkv, T, Dv)
+        dP = dO @ v.swapaxes(-1, -2)  # (N, B, Hkv, G, T, T)
+        dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))  # the softmax backward
+        dq = c * (dS @ k)  # (N, B, Hkv, G, T, D)
+        dk = (c * (dS.swapaxes(-1, -2) @ qg)).sum(axis=3)  # (N, B, Hkv, T, D)
+        dq = rows(merge_heads(dq.reshape(N, B, H, T, -1)))  # (N, B*T, H*D)
+        dk, dv = rows(merge_heads(dk)), rows(merge_heads(dv))  # (N, B*T, Hkv*D)
+        xr = rows(x).swapaxes(1, 2)  # (N, d_model, B*T)
+        grads.update({f"layers.{l}.W_q": xr @ dq, f"layers.{l}.W_k": xr @ dk, f"layers.{l}.W_v": xr @ dv})
+        dx = dq @ W["W_q"].swapaxes(1, 2) + dk @ W["W_k"].swapaxes(1, 2) + dv @ W["W_v"].swapaxes(1, 2)
+        dh = dh + dx.reshape(dh.shape)  # h_{l+1} = h_l + layer(h_l)
+    onehot = np.zeros((N, B * T, params["embed"].shape[1]), dtype=dh.dtype)  # (N, B*T, V)
+    np.put_along_axis(onehot, tokens.reshape(N, B * T, 1), 1.0, axis=-1)
+    grads["embed"] = onehot.swapaxes(1, 2) @ rows(dh)  # a token used twice collects both gradients
+    if "pos" not in model.frozen:
+        grads["pos"] = np.zeros_like(params["pos"])
+        grads["pos"][:, :T] = dh.sum(axis=1)
+    return losses, grads
 
 
 def generate(model: Model, prompt, n_new: int, *, use_cache: bool = True) -> np.ndarray:
