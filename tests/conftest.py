@@ -75,7 +75,7 @@ def self_check_and_grading_agree(request, monkeypatch):
         return verdict, exc
 
     def parity_check(exercise_id, answer):
-        graded = _grade_over_a_socket_pair(exercise_id, answer)
+        graded, _ = helpers.judge_over_a_socket_pair(exercise_id, answer)
         seen.clear()
         try:
             original_check(exercise_id, answer)
@@ -89,29 +89,3 @@ def self_check_and_grading_agree(request, monkeypatch):
     monkeypatch.setattr(request.module, "check", parity_check)
     monkeypatch.setattr(helpers, "check", parity_check)
     yield
-
-
-def _grade_over_a_socket_pair(exercise_id, answer, timeout=120.0):
-    """The trusted judge's verdict on ``answer``, served by the kernel-side agent over a socket pair."""
-    import socket
-    import threading
-
-    from attnlab.course.grading import trusted
-    from attnlab.exercises import _agent
-
-    a, b = socket.socketpair()
-    session = _agent._Session(b, exercise_id, answer)
-
-    def kernel():
-        try:
-            session._wait()
-        except BaseException:  # the verdict ends the session; anything else ends it too
-            pass
-
-    thread = threading.Thread(target=kernel, daemon=True)
-    thread.start()
-    with a, b:
-        verdict = trusted.judge(exercise_id, a, timeout)
-        trusted.tell_kernel(a, verdict, "TOKEN")
-        thread.join(10)
-    return verdict

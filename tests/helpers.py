@@ -74,3 +74,34 @@ def expect_failure(exercise_id, answer, *phrases, absent=()):
 def not_attempted(*args, **kwargs):
     """The learner's stub: the body is still ``raise NotImplementedError``."""
     raise NotImplementedError
+
+
+def judge_over_a_socket_pair(exercise_id, answer, timeout=120.0):
+    """The trusted judge's verdict on ``answer``, served by the kernel-side agent over a socket pair, as
+    ``attnlab-check`` grades it; and the :class:`~attnlab.exercises._protocol.Decided` message the kernel was told
+    (None if it was told nothing)."""
+    import socket
+    import threading
+
+    from attnlab.course.grading import trusted
+    from attnlab.exercises import _agent
+
+    a, b = socket.socketpair()
+    session = _agent._Session(b, exercise_id, answer)
+    outcome = {}
+
+    def kernel():
+        try:
+            session._wait()
+        except _agent._Verdict as verdict:
+            outcome["told"] = verdict.message
+        except BaseException:  # anything else ends the session too; the judge's verdict says what happened
+            pass
+
+    thread = threading.Thread(target=kernel, daemon=True)
+    thread.start()
+    with a, b:
+        verdict = trusted.judge(exercise_id, a, timeout)
+        trusted.tell_kernel(a, verdict, "TOKEN")
+        thread.join(10)
+    return verdict, outcome.get("told")

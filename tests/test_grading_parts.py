@@ -4,13 +4,13 @@ judge over a socket pair, the report's cleaning, and the sandbox's command line.
 from __future__ import annotations
 
 import socket
-import threading
 
 import numpy as np
 import pytest
 
 import attnlab
-from attnlab.course.grading import report, sandbox, trusted
+import helpers
+from attnlab.course.grading import report, sandbox
 from attnlab.exercises import ExerciseFailed, _agent, _protocol, _provenance, _wire, check
 
 
@@ -98,24 +98,7 @@ def test_the_source_scan_finds_the_reference_by_name(source, found):
 
 
 def _judge_against(answer, exercise_id="2.1", timeout=10.0):
-    """Run the trusted judge against ``answer`` served by the kernel-side agent, over a socket pair."""
-    a, b = socket.socketpair()
-    session = _agent._Session(b, exercise_id, answer)
-    outcome = {}
-
-    def kernel():
-        try:
-            session._wait()
-        except _agent._Verdict as verdict:
-            outcome["told"] = verdict.message
-
-    thread = threading.Thread(target=kernel, daemon=True)
-    thread.start()
-    with a, b:
-        verdict = trusted.judge(exercise_id, a, timeout)
-        trusted.tell_kernel(a, verdict, "TOKEN")
-        thread.join(5)
-    return verdict, outcome.get("told")
+    return helpers.judge_over_a_socket_pair(exercise_id, answer, timeout)
 
 
 def test_the_judge_passes_a_right_answer_and_tells_the_kernel_the_token():

@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import _grade_over_a_socket_pair
+from helpers import judge_over_a_socket_pair
 
 from attnlab.exercises import _agent, _judge, _protocol, _wire
 from attnlab.exercises._protocol import Verdict
@@ -86,7 +86,7 @@ def _self_check(exercise_id, answer) -> Verdict:
 
 
 def _both(exercise_id, answer) -> Verdict:
-    local, graded = _self_check(exercise_id, answer), _grade_over_a_socket_pair(exercise_id, answer)
+    local, graded = _self_check(exercise_id, answer), judge_over_a_socket_pair(exercise_id, answer)[0]
     assert local == graded, f"self-check: {local}\ngrading:    {graded}"
     return local
 
