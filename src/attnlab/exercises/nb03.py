@@ -296,7 +296,7 @@ def _check_head_scores_case(head_scores, q: np.ndarray, k: np.ndarray, H: int) -
         c = float(np.sum(got * r) / np.sum(r * r))
         if close(got, c * r, 1e-6, 1e-9):
             if layout == "interleaved":
-                fail(f"{call}: head h holds the wrong columns", f"head h = columns h*D .. (h+1)*D - 1 (a block)",
+                fail(f"{call}: head h holds the wrong columns", "head h = columns h*D .. (h+1)*D - 1 (a block)",
                      "head h = columns h, h+H, h+2H, ... (every H-th column)",
                      hint="each head owns a contiguous block of D columns: q[..., h*D:(h+1)*D]; a reshape to "
                           "(..., T, D, H) instead of (..., T, H, D) makes the same mistake")
