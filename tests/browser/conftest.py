@@ -12,6 +12,7 @@ measured, not asserted.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pathlib
@@ -122,8 +123,10 @@ def timings():
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
     yield MEASURED
     path = ARTIFACTS / "explorer_timings.json"
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    path.write_text(json.dumps({**previous, **MEASURED}, indent=2, sort_keys=True) + "\n")
+    with open(ARTIFACTS / ".explorer_timings.lock", "w") as lock:  # two workers may finish at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**previous, **MEASURED}, indent=2, sort_keys=True) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter):
