@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import make_submissions  # noqa: E402
 
-from attnlab.course.grading import cli, runner, sandbox  # noqa: E402
+from attnlab_course.grading import cli, runner, sandbox  # noqa: E402
 
 MIX = {"02-correct.ipynb": 5, "02-untouched.ipynb": 5, "02-loop_and_deleted.ipynb": 5,
        "02-inverted_and_nan.ipynb": 5, "02-off_by_one_and_inverted_attention.ipynb": 5, "02-cheats.ipynb": 5}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from attnlab.course.authoring import STUB, default_solutions_dir, find_exercises, learner_notebook
+from attnlab_course.authoring import STUB, default_solutions_dir, find_exercises, learner_notebook
 
 try:
     import tomllib

@@ -1,4 +1,4 @@
-"""The Colab cell (``python -m attnlab.course.colab``): where it goes, that it is current, and that it does nothing
+"""The Colab cell (``python -m attnlab_course.colab``): where it goes, that it is current, and that it does nothing
 outside Colab. That its install command works against a built wheel is tested in tests/test_package.py."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from attnlab.course import authoring, colab
-from attnlab.course.authoring import find_exercises, learner_notebook
-from attnlab.course.grading import runner
+from attnlab_course import authoring, colab
+from attnlab_course.authoring import find_exercises, learner_notebook
+from attnlab_course.grading import runner
 from test_environment import ROOT, tomllib
 
 SOLUTIONS = authoring.solution_notebooks(ROOT / "notebooks" / "solutions")

@@ -24,7 +24,7 @@ import pytest
 
 import attnlab
 from attnlab import exercises
-from attnlab.course.authoring import default_solutions_dir, find_exercises
+from attnlab_course.paths import solutions_dir, find_exercises
 from attnlab.exercises import ExerciseFailed, check
 
 NOTEBOOKS = ("01", "02", "03", "04", "05", "06")

@@ -17,9 +17,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from attnlab.course.grading import cli, runner, sandbox, trusted
-from attnlab.course.grading import report as reporting
-from attnlab.course.authoring import default_solutions_dir, find_exercises, learner_notebook
+from attnlab_course.grading import cli, runner, sandbox, trusted
+from attnlab_course.grading import report as reporting
+from attnlab_course.paths import solutions_dir, find_exercises, learner_notebook
 
 SUBMISSIONS = {sub.file_name: sub for sub in make_submissions.load()}
 NOT_NOTEBOOKS = {"notes.txt": "my answers are in my head\n", "02-corrupt.ipynb": '{"cells": [{"cell_type": "code", '}

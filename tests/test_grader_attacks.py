@@ -33,8 +33,8 @@ import make_submissions
 import nbformat
 import pytest
 
-from attnlab.course.authoring import default_solutions_dir, find_exercises
-from attnlab.course.grading import cli, isolation, runner, sandbox
+from attnlab_course.paths import solutions_dir, find_exercises
+from attnlab_course.grading import cli, isolation, runner, sandbox
 from attnlab.exercises import _protocol, _wire
 
 if sandbox.unavailable_reason():
@@ -69,7 +69,7 @@ def _tree_digest(*folders: Path) -> str:
 def _learner_02():
     path = default_solutions_dir() / "02_masks.ipynb"
     solution = nbformat.read(path, as_version=4)
-    from attnlab.course.authoring import learner_notebook
+    from attnlab_course.authoring import learner_notebook
 
     return learner_notebook(solution, "02_masks"), find_exercises(solution, str(path))
 

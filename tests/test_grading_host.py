@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.course.grading import cli, isolation, nbval_hooks, report, runner
+from attnlab_course.grading import cli, isolation, nbval_hooks, report, runner
 from attnlab.exercises import _protocol, _wire
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other uids, cgroups)")
@@ -134,7 +134,7 @@ def test_a_uid_with_a_process_or_held_by_another_grader_is_skipped():
     base = isolation.lease_uid()
     base.release()
     sleeper = subprocess.Popen(["sleep", "30"], user=base.uid, group=base.uid, extra_groups=[])
-    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom attnlab.course.grading import isolation\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom attnlab_course.grading import isolation\n"
                                f"lease = isolation.lease_uid({base.uid + 1})\nprint(lease.uid, flush=True)\n"
                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -295,7 +295,7 @@ def test_runtime_folders_are_private(tmp_path):
 
 
 def test_as_root_the_kernels_tmp_home_and_shm_are_the_launchers_scratch_tmpfs(tmp_path):
-    from attnlab.course.grading import sandbox
+    from attnlab_course.grading import sandbox
 
     config = sandbox.Config(runtime=str(tmp_path / "run"))
     args = sandbox.bwrap_args(config, scratch="/s")

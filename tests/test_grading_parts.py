@@ -10,7 +10,7 @@ import pytest
 
 import attnlab
 import helpers
-from attnlab.course.grading import report, sandbox
+from attnlab_course.grading import report, sandbox
 from attnlab.exercises import ExerciseFailed, _agent, _protocol, _provenance, _wire, check
 
 

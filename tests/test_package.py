@@ -26,7 +26,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from attnlab.course import authoring, colab
+from attnlab_course import authoring, colab
 from test_environment import ROOT
 
 SOLUTIONS = authoring.solution_notebooks(ROOT / "notebooks" / "solutions")
@@ -137,12 +137,12 @@ def test_the_wheel_ships_the_solution_notebooks_under_attnlab_course(built):
     with zipfile.ZipFile(built[0]) as wheel:
         assert all(wheel.read(f"attnlab/course/solutions/{p.name}") == p.read_bytes() for p in SOLUTIONS)
         entry_points = wheel.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    assert "attnlab-check = attnlab.course.grading.cli:main" in entry_points
+    assert "attnlab-check = attnlab_course.grading.cli:main" in entry_points
     assert {"attnlab/__init__.py", "attnlab/course/grading/runner.py", "attnlab/exercises/__init__.py"} <= set(names)
 
 
 def test_the_installed_package_is_the_wheels_and_finds_its_own_solutions(installed, tmp_path):
-    code = ("import attnlab, numpy as np; from attnlab.course.authoring import default_solutions_dir as d\n"
+    code = ("import attnlab, numpy as np; from attnlab_course.paths import solutions_dir as d\n"
             "print(attnlab.__file__); print(d()); print(attnlab.softmax(np.zeros(4)).tolist())")
     result = run([installed / "bin" / "python", "-c", code], cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import attnlab
-from attnlab.course.authoring import default_solutions_dir, find_exercises
-from attnlab.course.grading import runner, trusted
+from attnlab_course.paths import solutions_dir, find_exercises
+from attnlab_course.grading import runner, trusted
 from attnlab.exercises import _agent, _provenance, answering_code, exercise_ids, forbidden
 
 

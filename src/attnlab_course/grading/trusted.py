@@ -15,10 +15,10 @@ import re
 import socket
 import time
 
-from ... import exercises
-from ...exercises import _judge, _protocol, _provenance, _wire
-from ...exercises._judge import printed_message
-from ...exercises._protocol import Verdict
+from attnlab import exercises
+from attnlab.exercises import _judge, _protocol, _provenance, _wire
+from attnlab.exercises._judge import printed_message
+from attnlab.exercises._protocol import Verdict
 
 __all__ = ["DeadlineExceeded", "KernelGone", "RemoteAnswer", "Verdict", "check_cell_verdict", "exercise_cell_verdict",
            "judge", "printed_message", "tell_kernel"]

@@ -19,8 +19,8 @@ The same script also starts the grader's trusted pytest process of a grading run
 (``--private-runtime``): in a mount namespace of its own, the sandbox's runtime folder becomes a tmpfs with a size
 and an inode limit, mode 0700 and owned by the sandbox's uid, so that neither the host disk nor other users see it.
 
-    python -m attnlab.course.grading.sandbox CONFIG.json -- COMMAND...    # the kernel command nbval runs
-    python -m attnlab.course.grading.sandbox --private-runtime CONFIG.json -- COMMAND...  # the grader's pytest
+    python -m attnlab_course.grading.sandbox CONFIG.json -- COMMAND...    # the kernel command nbval runs
+    python -m attnlab_course.grading.sandbox --private-runtime CONFIG.json -- COMMAND...  # the grader's pytest
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
         private_runtime(Config.read(argv[1]), argv[3:])
         return 1  # not reached
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m attnlab.course.grading.sandbox CONFIG.json -- COMMAND...", file=sys.stderr)
+        print("usage: python -m attnlab_course.grading.sandbox CONFIG.json -- COMMAND...", file=sys.stderr)
         return 2
     launch(Config.read(argv[0]), argv[2:])
     return 1  # not reached

@@ -1,4 +1,4 @@
-"""pytest plugin loaded by the grader into its nbval run (``-p attnlab.course.grading.nbval_hooks``); not for direct use.
+"""pytest plugin loaded by the grader into its nbval run (``-p attnlab_course.grading.nbval_hooks``); not for direct use.
 
 This pytest process is the trusted side of a grading. The plugin
 
@@ -175,7 +175,7 @@ def accept_kernel(listener, key: str, give_up: float, done: threading.Event | No
     key, and its second message, a :class:`~attnlab.exercises._protocol.Begin`; None when none comes before
     ``give_up`` (or ``done`` is set). Connections that do not start so (another user's, or one that says nothing for
     ``hello_seconds``) are closed and the wait goes on."""
-    from ...exercises import _protocol, _wire
+    from attnlab.exercises import _protocol, _wire
 
     listener.settimeout(0.1)
     while True:  # until the kernel's check connects, or the check cell ends without it
@@ -299,7 +299,7 @@ def pytest_runtest_makereport(item, call):
 def _settle(exercise_id: str, role, record: dict, item) -> None:
     """Write the one verdict of ``exercise_id`` once its cells tell it: a failed exercise cell, or its check cell."""
     from . import trusted
-    from ...exercises import _protocol
+    from attnlab.exercises import _protocol
 
     settled = _state.setdefault("settled", set())
     if exercise_id in settled:

@@ -52,16 +52,16 @@ from pathlib import Path
 import nbformat
 
 from . import isolation, sandbox
+from ..paths import solutions_dir as default_solutions_dir
 from ..authoring import (
     Exercise,
     FormatError,
     cell_role,
-    default_solutions_dir,
     find_exercises,
     passed_line,
 )
-from ...exercises import _protocol, _wire
-from ...exercises._protocol import STATUSES, Verdict
+from attnlab.exercises import _protocol, _wire
+from attnlab.exercises._protocol import STATUSES, Verdict
 
 DEFAULT_TIMEOUT = 5.0
 SETUP_TIMEOUT = 120.0
@@ -381,7 +381,7 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         ini.write_text("[pytest]\n")
         command = [
             sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(tmp),
-            "-p", "nbval.plugin", "-p", "attnlab.course.grading.nbval_hooks", "-p", "no:cacheprovider",
+            "-p", "nbval.plugin", "-p", "attnlab_course.grading.nbval_hooks", "-p", "no:cacheprovider",
             "--nbval", "--nbval-current-env", f"--nbval-cell-timeout={timeout:g}",
             f"--attnlab-setup-timeout={setup_timeout:g}", f"--attnlab-record={record}",
             "-q", "--no-header", "-p", "no:warnings", str(notebook),

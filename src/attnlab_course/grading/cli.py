@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..authoring import default_solutions_dir
+from ..paths import solutions_dir as default_solutions_dir
 from . import isolation, runner, sandbox
 from .report import format_report, format_summary, refuse_unsafe_output, write_csv
 from .runner import DEFAULT_TIMEOUT, available_cores
