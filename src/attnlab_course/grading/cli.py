@@ -1,4 +1,5 @@
-"""``attnlab-check``: the command line of the grader."""
+"""``attnlab-check``: the command line of the grader. It checks its arguments, says what isolation this host allows,
+and hands the work to :mod:`.runner` and the printing to :mod:`.report`."""
 
 from __future__ import annotations
 
