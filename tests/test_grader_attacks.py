@@ -58,6 +58,9 @@ NO_CGROUP = isolation.cgroup_unavailable_reason()
 CGROUP_ONLY = {"02-memory_two_processes.ipynb": "two processes under the per-process limit are stopped by a cgroup"}
 
 
+PROTECTED = (ROOT / "src" / "attnlab", ROOT / "src" / "attnlab_course", solutions_dir())  # no submission changes them
+
+
 def _tree_digest(*folders: Path) -> str:
     digest = hashlib.sha256()
     for folder in folders:
@@ -123,7 +126,7 @@ def attacked(tmp_path_factory):
         nbformat.write(honest[name].build(), folder / name)
     _malformed(folder)
     _not_regular(folder, tmp_path_factory.mktemp("private"))
-    before = _tree_digest(ROOT / "src" / "attnlab", solutions_dir())
+    before = _tree_digest(*PROTECTED)
     csv_path = tmp_path_factory.mktemp("results") / "results.csv"
     reports: list = []
     grade_many = runner.grade_many
@@ -136,7 +139,7 @@ def attacked(tmp_path_factory):
         rows = list(csv.reader(f))
     survivors = _survivors()
     return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": out.getvalue(),
-            "before": before, "after": _tree_digest(ROOT / "src" / "attnlab", solutions_dir()),
+            "before": before, "after": _tree_digest(*PROTECTED),
             "survivors": survivors}
 
 

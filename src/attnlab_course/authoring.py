@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import re
 import sys
 from dataclasses import dataclass

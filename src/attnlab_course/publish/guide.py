@@ -48,7 +48,9 @@ questions takes longer.
    file name without `.ipynb` becomes the learner's name; renamed files and several notebooks in one folder are fine).
 2. Grade them in one go: `.venv/bin/attnlab-check --batch submissions/ --csv results.csv` (one submission per core;
    `--jobs N`, `--timeout S`). Each exercise is `passed`, `failed`, `not attempted`, `error`, `timed out` or `missing`;
-   `results.csv` has one row per learner with the first line of each message.
+   `results.csv` has one row per learner with the first line of each message. `attnlab-check` is part of the course
+   tooling, the `attnlab-course` distribution, which `make install` installs beside `attnlab`; the learners'
+   `attnlab` has neither the grader nor the solution notebooks.
 3. A learner checks one notebook alone with `make check NB=notebooks/NN_topic.ipynb`.
 4. Learner code runs with the grader's privileges: grade submissions you did not write in a container with no
    network (the README's "Grading a class" gives the Docker command).
