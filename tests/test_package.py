@@ -4,12 +4,12 @@ notebook. ``attnlab-course`` (``course/``) holds the course tooling, ``attnlab-c
 Installed into a fresh virtual environment, the two give a working ``attnlab`` and an ``attnlab-check`` that grades
 with the solution notebooks its wheel ships; and the Colab cell's install command installs the learner's wheel alone.
 
-Speed: the wheels are built once per module (pip fetches setuptools for the isolated builds); the module takes 80 s on
-two cores shared with a dozen other jobs, 20 s of it CPU time (measured before the second distribution). The fresh
-environments get their dependencies without downloading them: every distribution that ``attnlab`` and
-``attnlab-course`` need (followed recursively through the requirements, nothing else) is linked from the environment running the tests into
-a folder that the fresh environment's ``.pth`` file names. A package missing from attnlab-course's requirements is
-therefore missing there too, and grading fails.
+Speed: the wheels are built once per module (pip fetches setuptools for the isolated builds); the module took 159 s
+on two cores shared with a dozen other jobs (load about 11). The fresh environments get their dependencies without
+downloading them: every distribution that ``attnlab`` and ``attnlab-course`` need (followed recursively through the
+requirements, nothing else) is linked from the environment running the tests into a folder that the fresh
+environment's ``.pth`` file names. A package missing from attnlab-course's requirements is therefore missing there
+too, and grading fails.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def _wheel_text(wheel: Path, suffix: str) -> str:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """The two distributions of a copy of this checkout: ``python -m build`` of attnlab (wheel and sdist), and the
-    wheel of attnlab-course (``python -m build --wheel course``): {"learner": wheel, "sdist": sdist, "course": wheel}."""
+    wheel of attnlab-course (``python -m build --wheel course``): {"learner": ..., "sdist": ..., "course": ...}."""
     out = tmp_path_factory.mktemp("dist")
     source = copy_checkout(tmp_path_factory.mktemp("checkout") / "attention-from-scratch")
     for command in ([sys.executable, "-m", "build", "--outdir", out, source],
