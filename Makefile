@@ -1,5 +1,7 @@
 # Attention from Scratch: `make lab` opens the course, `make test` runs every test.
-# Both create .venv on first use and install the pinned versions in requirements.lock into it (nothing global).
+# Both create .venv on first use and install the pinned versions in requirements.lock into it (nothing global), then
+# two distributions of this repository, editable: attnlab (the library and the exercise checkers, pyproject.toml) and
+# attnlab-course (the course tooling and attnlab-check, course/pyproject.toml).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -19,11 +21,12 @@ help:
 	@echo "make slides     one reveal.js deck per notebook in build/slides/ (offline)"
 	@echo "make site       the course as a static website in build/site/, the instructor guide included"
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml course/pyproject.toml course/setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed, found " + sys.version.split()[0])'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e course
 	touch $@
 
 install: $(STAMP)
@@ -42,27 +45,27 @@ check: install
 	$(BIN)/attnlab-check "$(NB)"
 
 notebooks: install
-	$(BIN)/python -m attnlab.course.colab --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
-	$(BIN)/python -m attnlab.course.timing --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
-	$(BIN)/python -m attnlab.course.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+	$(BIN)/python -m attnlab_course.colab --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+	$(BIN)/python -m attnlab_course.timing --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+	$(BIN)/python -m attnlab_course.authoring execute notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
 	$(MAKE) learner
 
 learner: install
-	$(BIN)/python -m attnlab.course.authoring learner notebooks/solutions/*.ipynb
-	$(BIN)/python -m attnlab.course.publish guide
+	$(BIN)/python -m attnlab_course.authoring learner notebooks/solutions/*.ipynb
+	$(BIN)/python -m attnlab_course.publish guide
 
 bench: install
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/grading.py
 
 slides: install
-	$(BIN)/python -m attnlab.course.publish slides --out build/slides
+	$(BIN)/python -m attnlab_course.publish slides --out build/slides
 
 site: install
-	$(BIN)/python -m attnlab.course.publish site --out build/site
+	$(BIN)/python -m attnlab_course.publish site --out build/site
 
 guide: install
-	$(BIN)/python -m attnlab.course.publish guide
+	$(BIN)/python -m attnlab_course.publish guide
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info build
+	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info build course/build

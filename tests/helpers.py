@@ -83,7 +83,7 @@ def judge_over_a_socket_pair(exercise_id, answer, timeout=120.0):
     import socket
     import threading
 
-    from attnlab.course.grading import trusted
+    from attnlab_course.grading import trusted
     from attnlab.exercises import _agent
 
     a, b = socket.socketpair()

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import nbformat
 
-from attnlab.course.authoring import STUB, default_solutions_dir, find_exercises, learner_notebook
+from attnlab_course import paths
+from attnlab_course.authoring import STUB, find_exercises, learner_notebook
 
 try:
     import tomllib
@@ -52,7 +53,7 @@ class Submission:
 
     def build(self, solutions_dir: Path | None = None):
         """The submission as a notebook, built from ``solutions_dir/<notebook>.ipynb``."""
-        path = Path(solutions_dir or default_solutions_dir()) / f"{self.notebook}.ipynb"
+        path = Path(solutions_dir or paths.solutions_dir()) / f"{self.notebook}.ipynb"
         solution = nbformat.read(path, as_version=4)
         exercises = {ex.id: ex for ex in find_exercises(solution, str(path))}
         nb = learner_notebook(solution, self.notebook)  # same cell order as the solution

@@ -8,8 +8,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from attnlab.course import authoring
-from attnlab.course.authoring import FormatError, find_exercises, learner_notebook, stub_solution
+from attnlab_course import authoring
+from attnlab_course.authoring import FormatError, find_exercises, learner_notebook, stub_solution
 
 SOLUTIONS = authoring.solution_notebooks()
 

@@ -1,4 +1,4 @@
-"""The Colab cell (``python -m attnlab.course.colab``): where it goes, that it is current, and that it does nothing
+"""The Colab cell (``python -m attnlab_course.colab``): where it goes, that it is current, and that it does nothing
 outside Colab. That its install command works against a built wheel is tested in tests/test_package.py."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from attnlab.course import authoring, colab
-from attnlab.course.authoring import find_exercises, learner_notebook
-from attnlab.course.grading import runner
+from attnlab_course import authoring, colab
+from attnlab_course.authoring import find_exercises, learner_notebook
+from attnlab_course.grading import submission
+from attnlab_course.grading import notebook as gradingnb
 from test_environment import ROOT, tomllib
 
 SOLUTIONS = authoring.solution_notebooks(ROOT / "notebooks" / "solutions")
@@ -88,7 +89,8 @@ def test_learner_and_grading_notebooks_keep_the_cell_first_and_as_is():
     assert next(c for c in learner.cells if colab.is_colab_cell(c)) == cell
     exercises = find_exercises(solution)
     assert [e.id for e in exercises] == [e.id for e in find_exercises(nbformat.read(SOLUTIONS[0], as_version=4))]
-    graded = runner.grading_notebook(solution, exercises, runner.learner_exercise_cells(learner, solution, exercises))
+    cells = submission.learner_exercise_cells(learner, solution, exercises)
+    graded = gradingnb.grading_notebook(solution, exercises, cells)
     assert graded.cells[0].source == cell.source and graded.cells[0].outputs == []
 
 

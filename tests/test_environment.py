@@ -19,8 +19,8 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~ ;\[]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def pyproject_packages() -> set[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def pyproject_packages(pyproject: pathlib.Path = ROOT / "pyproject.toml") -> set[str]:
+    project = tomllib.loads(pyproject.read_text())["project"]
     requirements = list(project["dependencies"])
     for extra in project["optional-dependencies"].values():
         requirements += extra
@@ -71,3 +71,9 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in readme and "make lab" in readme
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci[-1].strip() == "make test"
+
+
+@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13"])
+def test_every_package_the_course_tooling_declares_is_locked_once_for_each_python(python):
+    """attnlab-course (course/pyproject.toml) is installed from the same lock file by make install."""
+    assert pyproject_packages(ROOT / "course" / "pyproject.toml") - {"attnlab"} - set(lock_pins(python)) == set()

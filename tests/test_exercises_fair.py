@@ -24,7 +24,8 @@ import pytest
 
 import attnlab
 from attnlab import exercises
-from attnlab.course.authoring import default_solutions_dir, find_exercises
+from attnlab_course.authoring import find_exercises
+from attnlab_course.paths import solutions_dir
 from attnlab.exercises import ExerciseFailed, check
 
 NOTEBOOKS = ("01", "02", "03", "04", "05", "06")
@@ -33,7 +34,7 @@ NOTEBOOKS = ("01", "02", "03", "04", "05", "06")
 def _solutions() -> dict:
     """Exercise id -> the solution notebook's function for it, defined by running its exercise cell."""
     found = {}
-    for path in sorted(default_solutions_dir().glob("0[1-6]_*.ipynb")):
+    for path in sorted(solutions_dir().glob("0[1-6]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         for ex in find_exercises(nb, str(path)):
             namespace = {"np": np, "math": math, "attnlab": attnlab}
@@ -277,6 +278,6 @@ def _timed_under_a_cpu_limit(cell: str) -> list[float]:
 def test_notebook_05_times_short_calls_under_the_graders_cpu_limit():
     """Under RLIMIT_CPU the process's CPU clock advances in scheduler ticks, so time.process_time measured some short
     calls as 0 s and 05's log-log plot, and every cell after it, failed in the sandbox only. Its clock must not."""
-    nb = nbformat.read(default_solutions_dir() / "05_cost.ipynb", as_version=4)
+    nb = nbformat.read(solutions_dir() / "05_cost.ipynb", as_version=4)
     cell = next(c.source for c in nb.cells if c.cell_type == "code" and "def best_time" in c.source)
     assert min(_timed_under_a_cpu_limit(cell)) > 0  # with time.process_time, most of the 50 were 0 s here

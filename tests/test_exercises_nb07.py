@@ -252,7 +252,7 @@ def _judged(exercise_id, answer, monkeypatch):
     import threading
 
     from attnlab import exercises
-    from attnlab.course.grading import trusted
+    from attnlab_course.grading import trusted
     from attnlab.exercises import _agent
 
     monkeypatch.setattr(exercises, "_SECRET", 12345)  # the grading draw: other sizes and values than the self-check

@@ -17,16 +17,18 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from attnlab.course.grading import cli, runner, sandbox, trusted
-from attnlab.course.grading import report as reporting
-from attnlab.course.authoring import default_solutions_dir, find_exercises, learner_notebook
+from attnlab_course.grading import cli, record, runner, sandbox, submission, trusted
+from attnlab_course.grading import notebook as gradingnb
+from attnlab_course.grading import report as reporting
+from attnlab_course.authoring import find_exercises, learner_notebook
+from attnlab_course.paths import solutions_dir
 
 SUBMISSIONS = {sub.file_name: sub for sub in make_submissions.load()}
 NOT_NOTEBOOKS = {"notes.txt": "my answers are in my head\n", "02-corrupt.ipynb": '{"cells": [{"cell_type": "code", '}
 
 
 def _exercise_ids(notebook: str) -> list[str]:
-    path = default_solutions_dir() / f"{notebook}.ipynb"
+    path = solutions_dir() / f"{notebook}.ipynb"
     return [ex.id for ex in find_exercises(nbformat.read(path, as_version=4), str(path))]
 
 
@@ -143,7 +145,8 @@ def test_grading_notebook_takes_only_the_learners_exercise_source():
     exercise.outputs = [new_output("stream", name="stdout", text="saved\n")]
     check.source, check.metadata["tags"] = "print('Exercise 9.1: passed')", ["nbval-skip"]
     exercises = find_exercises(solution)
-    nb = runner.grading_notebook(solution, exercises, runner.learner_exercise_cells(learner, solution, exercises))
+    cells = submission.learner_exercise_cells(learner, solution, exercises)
+    nb = gradingnb.grading_notebook(solution, exercises, cells)
     assert [c.source.split("\n")[0] for c in nb.cells] == [
         "import numpy as np", "", "from attnlab.exercises import check", "def square(x):",
         "from attnlab.exercises import check"]  # markdown and the cell after the last check are left out
@@ -162,9 +165,9 @@ def test_a_deleted_exercise_cell_is_left_out_with_its_check():
     learner = learner_notebook(solution, "09_tiny")
     del learner.cells[4]  # exercise 9.2
     exercises = find_exercises(solution)
-    cells = runner.learner_exercise_cells(learner, solution, exercises)
+    cells = submission.learner_exercise_cells(learner, solution, exercises)
     assert cells["9.2"] is None
-    nb = runner.grading_notebook(solution, exercises, cells)
+    nb = gradingnb.grading_notebook(solution, exercises, cells)
     assert [c.metadata.get("attnlab", {}).get("exercise") for c in nb.cells] == [None, "9.1", "9.1"]
 
 
@@ -174,7 +177,7 @@ def test_exercise_cells_are_found_by_cell_id_when_their_metadata_is_lost():
     for cell in learner.cells:
         cell.metadata = {}
     learner.cells[2].source = "def double(x):\n    return x + x"
-    cells = runner.learner_exercise_cells(learner, solution, find_exercises(solution))
+    cells = submission.learner_exercise_cells(learner, solution, find_exercises(solution))
     assert cells["9.1"].source == "def double(x):\n    return x + x" and cells["9.2"] is not None
 
 
@@ -184,29 +187,29 @@ def test_the_solution_is_found_from_metadata_file_name_or_exercise_ids(tmp_path)
     for name in ("02_masks.ipynb", "09_tiny.ipynb"):
         nbformat.write(_solution(), solutions / name)
     learner = learner_notebook(_solution(), "09_tiny")
-    assert runner.find_solution(learner, tmp_path / "anything.ipynb", solutions).name == "09_tiny.ipynb"
+    assert submission.find_solution(learner, tmp_path / "anything.ipynb", solutions).name == "09_tiny.ipynb"
     del learner.metadata["attnlab"]
-    assert runner.find_solution(learner, tmp_path / "02_masks.ipynb", solutions).name == "02_masks.ipynb"
-    assert runner.find_solution(learner, tmp_path / "02_masks_alice.ipynb", solutions).name == "02_masks.ipynb"
-    assert runner.find_solution(learner, tmp_path / "alice.ipynb", solutions).name == "09_tiny.ipynb"  # ids 9.k
+    assert submission.find_solution(learner, tmp_path / "02_masks.ipynb", solutions).name == "02_masks.ipynb"
+    assert submission.find_solution(learner, tmp_path / "02_masks_alice.ipynb", solutions).name == "02_masks.ipynb"
+    assert submission.find_solution(learner, tmp_path / "alice.ipynb", solutions).name == "09_tiny.ipynb"  # ids 9.k
     learner.cells = []
-    with pytest.raises(runner.SubmissionError, match="no solution notebook"):
-        runner.find_solution(learner, tmp_path / "alice.ipynb", solutions)
+    with pytest.raises(submission.SubmissionError, match="no solution notebook"):
+        submission.find_solution(learner, tmp_path / "alice.ipynb", solutions)
 
 
 @pytest.mark.parametrize("content", [b"", b"hello", b"\x89PNG\r\n\x1a\n\x00\x00", b'{"cells": [', b'{"a": 1}', b"[]"])
 def test_a_file_that_is_not_a_notebook_is_a_submission_error(tmp_path, content):
     path = tmp_path / "alice.ipynb"
     path.write_bytes(content)
-    with pytest.raises(runner.SubmissionError, match="not a notebook"):
-        runner.read_submission(path)
+    with pytest.raises(submission.SubmissionError, match="not a notebook"):
+        submission.read_submission(path)
     report = runner.grade(path, tmp_path)
     assert report.problem.startswith("not a notebook") and not report.passed
 
 
-def _record(cell_num, exercise=None, role=None, ok=True, message="", outputs=()):
-    meta = {"exercise": exercise, "role": role} if exercise else None
-    return {"cell_num": cell_num, "attnlab": meta, "when": "call", "ok": ok, "message": message,
+def _cell(ok=True, message="", outputs=(), timed_out=False, kernel_alive=True):
+    """What the nbval hooks tell the trusted side of one cell that nbval ran."""
+    return {"ok": ok, "timed_out": timed_out, "kernel_alive": kernel_alive, "message": message,
             "outputs": list(outputs)}
 
 
@@ -222,52 +225,75 @@ def test_the_trusted_side_settles_each_exercise_from_the_judge_and_its_cells():
     """The one verdict per exercise, as the nbval hooks settle it: a failed exercise cell decides; else the judge's
     verdict, which a pass keeps only when nbval's comparison of the check cell agrees."""
     passed, failed = trusted.Verdict("9.1", "passed"), trusted.Verdict("9.1", "failed", "wrong\n  expected: 1")
-    check_ok = _record(2, "9.1", "check")
+    check_ok = _cell()
     assert trusted.check_cell_verdict("9.1", failed, check_ok, 5) == failed
     assert trusted.check_cell_verdict("9.1", passed, check_ok, 5) == passed
-    noisy = _record(2, "9.1", "check", False, "Cell outputs differ", [_stdout("debug\nExercise 9.1: passed [T]\n")])
+    noisy = _cell(False, "Cell outputs differ", [_stdout("debug\nExercise 9.1: passed [T]\n")])
     verdict = trusted.check_cell_verdict("9.1", passed, noisy, 5)
     assert verdict.status == "failed" and "printed" in verdict.message and "debug" in verdict.message
-    forged = _record(2, "9.1", "check", False, "Cell outputs differ", [_stdout("Exercise 9.1: passed\n")])
+    forged = _cell(False, "Cell outputs differ", [_stdout("Exercise 9.1: passed\n")])
     assert trusted.check_cell_verdict("9.1", None, forged, 5) == trusted.Verdict("9.1", "failed", trusted.NO_VERDICT)
-    renamed = _record(2, "9.1", "check", False, "Cell execution caused an exception", [_error("NameError", "name 'f'")])
+    renamed = _cell(False, "Cell execution caused an exception", [_error("NameError", "name 'f'")])
     assert "did you rename the function" in trusted.check_cell_verdict("9.1", None, renamed, 5).message
-    stuck = _record(9, "9.5", "solution", False, "Timeout of 5 seconds exceeded executing cell",
-                    [_error("KeyboardInterrupt", "")])
-    assert "did not finish within 5 s" in trusted.exercise_cell_verdict("9.5", stuck, 5).message
-    broken = _record(3, "9.2", "solution", False, "Cell execution caused an exception", [_error(
+    stuck = _cell(False, "", [_error("KeyboardInterrupt", "")], timed_out=True)
+    assert trusted.exercise_cell_verdict("9.5", stuck, 5).message.endswith("within 5 s: an infinite loop, or far too "
+                                                                           "much work?")
+    unstoppable = _cell(False, "", [], timed_out=True, kernel_alive=False)
+    assert "could not be interrupted" in trusted.exercise_cell_verdict("9.5", unstoppable, 5).message
+    interrupted = _cell(False, "", [_error("KeyboardInterrupt", "")])  # raised by the learner: no deadline fired
+    assert trusted.exercise_cell_verdict("9.5", interrupted, 5).status == "error"
+    broken = _cell(False, "Cell execution caused an exception", [_error(
         "ValueError", "bad shape", ["Cell In[1], line 2", "Cell In[1], line 7, in sq()"])])
     assert trusted.exercise_cell_verdict("9.2", broken, 5).message == "ValueError: bad shape (line 7 of your " \
                                                                      "exercise cell, in sq)"
-    assert trusted.exercise_cell_verdict("9.2", _record(3, "9.2", "solution"), 5) is None
+    assert trusted.exercise_cell_verdict("9.2", _cell(), 5) is None
 
 
-def test_the_runner_reads_the_verdicts_and_only_says_what_stopped_the_others():
-    def line(item):
-        return json.dumps(item)
+def _lines(*items):
+    return [json.dumps(item) for item in items]
 
-    def verdict(ex_id, status, message=""):
-        return line({"kind": "verdict", "exercise": ex_id, "status": status, "message": message})
 
-    lines = [line(_record(0)), line(_record(1, "9.1", "solution")), line(_record(2, "9.1", "check")),
-             verdict("9.1", "failed", "wrong"), verdict("9.1", "passed"),  # the first verdict of an exercise counts
-             line(_record(3, "9.2", "solution")), line(_record(4, "9.2", "check")), verdict("9.2", "passed!"),
-             line(_record(5, ok=False, message="Cell execution caused an exception", outputs=[_error("NameError", "np")])),
-             line(_record(6, "9.3", "solution")), line(_record(7, "9.3", "check", False, "Kernel dead on test start")),
-             verdict("9.3", "passed"), '{"kind": "cell", "trunc']
-    records, verdicts = runner.read_record(lines)
-    assert len(records) == 8 and set(verdicts) == {"9.1", "9.3"}  # a malformed verdict is no verdict
-    results, notes, culprit = runner._read_records(runner.Run(records, verdicts), ["9.1", "9.2", "9.3"], timeout=5)
-    assert results["9.1"] == runner.Result("9.1", "failed", "wrong")
-    assert culprit == "9.3" and results["9.3"].status == "error"  # settled by a cell after the kernel died: ignored
-    assert "9.2" not in results  # nothing settled it and nothing stopped it: left for the next run
-    assert len(notes) == 1 and "not an exercise failed" in notes[0] and "NameError" in notes[0]
+def _verdict(ex_id, status, message=""):
+    return {"kind": "verdict", "exercise": ex_id, "status": status, "message": message}
+
+
+def test_the_runner_takes_the_verdicts_of_the_record_and_nothing_from_nbvals_messages():
+    lines = _lines({"kind": "cell", "exercise": None}, {"kind": "cell", "exercise": "9.1"},
+                   _verdict("9.1", "failed", "wrong"), _verdict("9.1", "passed"),  # the first verdict counts
+                   {"kind": "cell", "exercise": "9.2"}, _verdict("9.2", "passed!"),  # not a status: no verdict
+                   {"kind": "note", "text": "a cell of the notebook that is not an exercise failed"},
+                   {"kind": "cell", "exercise": "9.3"}, _verdict("9.3", "error", "the kernel died"),
+                   {"kind": "stopped", "exercise": "9.3"}, {"kind": "stopped", "exercise": "9.2"}) + ['{"kind": "ve']
+    found = record.read(lines)
+    assert set(found.verdicts) == {"9.1", "9.3"} and found.cells == 4 and found.last_cell == "9.3"
+    assert found.stopped and found.stopped_in == "9.3", "the first stop counts"
+    results, notes, culprit = runner.settle_run(runner.Run(found, exit_status=1), ["9.1", "9.2", "9.3"])
+    assert results == {"9.1": runner.Result("9.1", "failed", "wrong"), "9.3": runner.Result("9.3", "error",
+                                                                                             "the kernel died")}
+    assert culprit == "9.3" and "9.2" not in results, "9.2 is left for the next run, without 9.3"
+    assert notes == ["a cell of the notebook that is not an exercise failed"]
+
+
+def test_the_runner_decides_only_what_stopped_its_own_process():
+    started = record.read(_lines({"kind": "cell", "exercise": "9.1"}, _verdict("9.1", "passed"),
+                                 {"kind": "cell", "exercise": "9.2"}))
+    results, _, culprit = runner.settle_run(runner.Run(started, exit_status=-9), ["9.1", "9.2", "9.3"])
+    assert results["9.1"].status == "passed" and culprit == "9.2" and "9.3" not in results
+    assert results["9.2"].status == "error" and "grader's process stopped while running your code" in \
+        results["9.2"].message
+    results, _, culprit = runner.settle_run(runner.Run(started, deadline_hit=True, exit_status=-9),
+                                            ["9.1", "9.2", "9.3"])
+    assert culprit is None and [results[e].status for e in ("9.1", "9.2", "9.3")] == ["passed", "timed out",
+                                                                                      "timed out"]
+    in_own_cell = record.read(_lines({"kind": "cell", "exercise": None}))
+    results, notes, culprit = runner.settle_run(runner.Run(in_own_cell, exit_status=-9), ["9.1"])
+    assert culprit is None and results["9.1"].status == "error" and "not an exercise" in notes[0]
 
 
 def test_a_kernel_that_does_not_start_is_a_grading_problem_not_the_learners():
-    records = [dict(_record(0, "9.1", "solution", False, "RuntimeError: Kernel died before replying"), when="setup")]
+    found = record.read(_lines({"kind": "broken", "text": "RuntimeError: Kernel died before replying"}))
     with pytest.raises(RuntimeError, match="nbval could not run the notebook"):
-        runner._read_records(runner.Run(records, {}), ["9.1"], timeout=5)
+        runner.settle_run(runner.Run(found), ["9.1"])
 
 
 def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercise(tmp_path, monkeypatch):
@@ -275,26 +301,22 @@ def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercis
     solution_dir = tmp_path / "solutions"
     solution_dir.mkdir()
     nbformat.write(_solution(), solution_dir / "09_tiny.ipynb")
-    submission = tmp_path / "bob.ipynb"
-    nbformat.write(learner_notebook(_solution(), "09_tiny"), submission)
+    submission_path = tmp_path / "bob.ipynb"
+    nbformat.write(learner_notebook(_solution(), "09_tiny"), submission_path)
     runs = []
 
     def fake_run_nbval(nb, timeout, **kwargs):
         exercises = [c.metadata["attnlab"]["exercise"] for c in nb.cells if "attnlab" in c.metadata]
         runs.append(sorted(set(exercises)))
         if "9.1" in exercises:
-            stuck = _record(2, "9.1", "check", False, "Timeout of 5 seconds exceeded while executing cell. Failed to "
-                            "interrupt kernel in 5 seconds, so failing without traceback.")
-            return runner.Run([_record(0), _record(1, "9.1", "solution"), stuck,
-                               _record(3, "9.2", "solution", False, "Kernel dead on test start"),
-                               _record(4, "9.2", "check", False, "Kernel dead on test start")],
-                              {"9.1": (2, trusted.Verdict("9.1", "timed out", "your function did not return within "
-                                                          "5 s and could not be interrupted"))})
-        return runner.Run([_record(0), _record(1, "9.2", "solution"), _record(2, "9.2", "check")],
-                          {"9.2": (2, trusted.Verdict("9.2", "passed"))})
+            return runner.Run(record.read(_lines(
+                {"kind": "cell", "exercise": None}, {"kind": "cell", "exercise": "9.1"},
+                _verdict("9.1", "timed out", "your function did not return within 5 s and could not be interrupted"),
+                {"kind": "stopped", "exercise": "9.1"})))
+        return runner.Run(record.read(_lines({"kind": "cell", "exercise": "9.2"}, _verdict("9.2", "passed"))))
 
     monkeypatch.setattr(runner, "run_nbval", fake_run_nbval)
-    report = runner.grade(submission, solution_dir)
+    report = runner.grade(submission_path, solution_dir)
     assert runs == [["9.1", "9.2"], ["9.2"]]
     assert [(r.exercise, r.status) for r in report.results] == [("9.1", "timed out"), ("9.2", "passed")]
     assert "could not be interrupted" in report.results[0].message

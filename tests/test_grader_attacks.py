@@ -33,8 +33,9 @@ import make_submissions
 import nbformat
 import pytest
 
-from attnlab.course.authoring import default_solutions_dir, find_exercises
-from attnlab.course.grading import cli, isolation, runner, sandbox
+from attnlab_course.authoring import find_exercises
+from attnlab_course.paths import solutions_dir
+from attnlab_course.grading import cli, isolation, runner, sandbox, submission
 from attnlab.exercises import _protocol, _wire
 
 if sandbox.unavailable_reason():
@@ -57,6 +58,9 @@ NO_CGROUP = isolation.cgroup_unavailable_reason()
 CGROUP_ONLY = {"02-memory_two_processes.ipynb": "two processes under the per-process limit are stopped by a cgroup"}
 
 
+PROTECTED = (ROOT / "src" / "attnlab", ROOT / "src" / "attnlab_course", solutions_dir())  # no submission changes them
+
+
 def _tree_digest(*folders: Path) -> str:
     digest = hashlib.sha256()
     for folder in folders:
@@ -67,9 +71,9 @@ def _tree_digest(*folders: Path) -> str:
 
 
 def _learner_02():
-    path = default_solutions_dir() / "02_masks.ipynb"
+    path = solutions_dir() / "02_masks.ipynb"
     solution = nbformat.read(path, as_version=4)
-    from attnlab.course.authoring import learner_notebook
+    from attnlab_course.authoring import learner_notebook
 
     return learner_notebook(solution, "02_masks"), find_exercises(solution, str(path))
 
@@ -102,7 +106,7 @@ def _malformed(folder: Path) -> None:
 
 def _not_regular(folder: Path, secret_folder: Path) -> None:
     """Links to a solution, to a private file and to /proc/kmsg (reading it waits forever), a FIFO, a device."""
-    (folder / "02-link_to_solution.ipynb").symlink_to(default_solutions_dir() / "02_masks.ipynb")
+    (folder / "02-link_to_solution.ipynb").symlink_to(solutions_dir() / "02_masks.ipynb")
     (secret_folder / "secret.txt").write_text(SECRET)
     (folder / "02-link_to_secret.ipynb").symlink_to(secret_folder / "secret.txt")
     (folder / "02-link_to_kmsg.ipynb").symlink_to("/proc/kmsg")
@@ -122,7 +126,7 @@ def attacked(tmp_path_factory):
         nbformat.write(honest[name].build(), folder / name)
     _malformed(folder)
     _not_regular(folder, tmp_path_factory.mktemp("private"))
-    before = _tree_digest(ROOT / "src" / "attnlab", default_solutions_dir())
+    before = _tree_digest(*PROTECTED)
     csv_path = tmp_path_factory.mktemp("results") / "results.csv"
     reports: list = []
     grade_many = runner.grade_many
@@ -135,7 +139,7 @@ def attacked(tmp_path_factory):
         rows = list(csv.reader(f))
     survivors = _survivors()
     return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": out.getvalue(),
-            "before": before, "after": _tree_digest(ROOT / "src" / "attnlab", default_solutions_dir()),
+            "before": before, "after": _tree_digest(*PROTECTED),
             "survivors": survivors}
 
 
@@ -210,7 +214,7 @@ def test_no_control_characters_reach_the_terminal_or_the_csv(attacked):
 
 def test_links_fifos_and_devices_are_not_graded_nor_read(attacked):
     for name in NOT_REGULAR:
-        assert attacked["reports"][name].problem == runner.NOT_REGULAR, name
+        assert attacked["reports"][name].problem == submission.NOT_REGULAR, name
     everything = attacked["out"] + "".join(cell for row in attacked["rows"] for cell in row)
     assert SECRET not in everything, "nothing of a linked file reaches the results"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.course.grading import cli, isolation, nbval_hooks, report, runner
+from attnlab_course.grading import cli, isolation, nbval_hooks, report, runner, sandbox, submission
 from attnlab.exercises import _protocol, _wire
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other uids, cgroups)")
@@ -29,18 +29,18 @@ ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (other uids
 def test_a_regular_file_is_read_and_anything_else_is_not_a_regular_file(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-CONTENT-1234")
-    assert runner.read_regular_file(secret) == b"SECRET-CONTENT-1234"
+    assert submission.read_regular_file(secret) == b"SECRET-CONTENT-1234"
     (tmp_path / "link.ipynb").symlink_to(secret)
     (tmp_path / "kmsg.ipynb").symlink_to("/proc/kmsg")
     os.mkfifo(tmp_path / "fifo.ipynb")  # nobody writes to it: opening it must not wait
     (tmp_path / "folder.ipynb").mkdir()
     start = time.monotonic()
     for name in ("link.ipynb", "kmsg.ipynb", "fifo.ipynb", "folder.ipynb"):
-        with pytest.raises(runner.SubmissionError) as caught:
-            runner.read_submission(tmp_path / name)
-        assert str(caught.value) == runner.NOT_REGULAR and "SECRET" not in str(caught.value)
-    with pytest.raises(runner.SubmissionError, match="not a regular file"):
-        runner.read_regular_file("/dev/null")  # a device
+        with pytest.raises(submission.SubmissionError) as caught:
+            submission.read_submission(tmp_path / name)
+        assert str(caught.value) == submission.NOT_REGULAR and "SECRET" not in str(caught.value)
+    with pytest.raises(submission.SubmissionError, match="not a regular file"):
+        submission.read_regular_file("/dev/null")  # a device
     assert time.monotonic() - start < 5, "no link, FIFO or device made the grader wait"
 
 
@@ -55,9 +55,9 @@ def test_a_file_that_is_not_json_is_never_quoted(tmp_path):
 def test_a_file_over_the_size_limit_is_refused_without_reading_it(tmp_path):
     path = tmp_path / "big.ipynb"
     with open(path, "wb") as f:
-        f.truncate(runner.MAX_FILE_BYTES + 1)  # sparse: nothing to read
-    with pytest.raises(runner.SubmissionError, match="MiB; the grader reads notebooks of up to"):
-        runner.read_regular_file(path)
+        f.truncate(submission.MAX_FILE_BYTES + 1)  # sparse: nothing to read
+    with pytest.raises(submission.SubmissionError, match="MiB; the grader reads notebooks of up to"):
+        submission.read_regular_file(path)
 
 
 def test_odd_names_and_notebook_ids_cannot_be_graded_and_say_why(tmp_path):
@@ -134,7 +134,7 @@ def test_a_uid_with_a_process_or_held_by_another_grader_is_skipped():
     base = isolation.lease_uid()
     base.release()
     sleeper = subprocess.Popen(["sleep", "30"], user=base.uid, group=base.uid, extra_groups=[])
-    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom attnlab.course.grading import isolation\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom attnlab_course.grading import isolation\n"
                                f"lease = isolation.lease_uid({base.uid + 1})\nprint(lease.uid, flush=True)\n"
                                "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -286,17 +286,15 @@ def test_the_check_socket_serves_only_a_connection_that_knows_the_gradings_key(t
 
 
 def test_runtime_folders_are_private(tmp_path):
-    runtime, seed = runner._runtime_dir(tmp_path, None)
+    runtime, seed = sandbox.runtime_dir(tmp_path, None)
     assert runtime == seed and stat.S_IMODE(runtime.stat().st_mode) == 0o700
     (tmp_path / "as_root").mkdir()
-    runtime_root, seed_root = runner._runtime_dir(tmp_path / "as_root", 1_900_000_000)
+    runtime_root, seed_root = sandbox.runtime_dir(tmp_path / "as_root", 1_900_000_000)
     assert seed_root != runtime_root and stat.S_IMODE(runtime_root.stat().st_mode) == 0o700
     assert stat.S_IMODE(seed_root.stat().st_mode) == 0o700
 
 
 def test_as_root_the_kernels_tmp_home_and_shm_are_the_launchers_scratch_tmpfs(tmp_path):
-    from attnlab.course.grading import sandbox
-
     config = sandbox.Config(runtime=str(tmp_path / "run"))
     args = sandbox.bwrap_args(config, scratch="/s")
     for part, path in (("tmp", "/tmp"), ("home", sandbox.HOME), ("shm", "/dev/shm")):

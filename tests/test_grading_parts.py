@@ -4,13 +4,15 @@ judge over a socket pair, the report's cleaning, and the sandbox's command line.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import attnlab
 import helpers
-from attnlab.course.grading import report, sandbox
+from attnlab_course import paths
+from attnlab_course.grading import report, sandbox
 from attnlab.exercises import ExerciseFailed, _agent, _protocol, _provenance, _wire, check
 
 
@@ -151,17 +153,32 @@ def test_learner_text_has_its_control_characters_escaped_and_csv_cells_are_never
                                                                                    "ok", "3"]
 
 
-def test_the_sandbox_command_isolates_and_hides_the_course_tooling(tmp_path):
-    config = sandbox.Config(runtime=str(tmp_path), read_only=sandbox.python_paths(), hidden=sandbox.hidden_paths(),
+def test_the_sandbox_command_isolates_and_never_shows_the_course_tooling(tmp_path):
+    read_only = sandbox.python_paths()
+    config = sandbox.Config(runtime=str(tmp_path), read_only=read_only, hidden=sandbox.hidden_paths(read_only),
                             env={"X": "1"})
     args = sandbox.bwrap_args(config)
     for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--proc", "--dev"):
         assert flag in args
     assert args[args.index("--uid") + 1] == "1000"
-    hidden = sandbox.hidden_paths()[0]
-    assert hidden.endswith("attnlab/course") and args[args.index(hidden) - 1] == "--tmpfs"
     assert "/work" not in args and "/root" not in args, "only the folders the kernel needs are bound"
     assert all(not path.endswith("notebooks/solutions") for path in args)
+    bound = [Path(args[i + 1]).resolve() for i, a in enumerate(args) if a == "--ro-bind"]
+    assert not any(paths.PACKAGE.is_relative_to(b) for b in bound) or str(paths.PACKAGE) in config.hidden, \
+        "attnlab_course is neither bound nor, where a bound folder holds it, left visible"
+
+
+def test_installed_beside_attnlab_the_course_tooling_is_hidden_from_the_kernel(tmp_path):
+    """After ``pip install attnlab-course`` it sits in site-packages, which the kernel sees: it is an empty folder."""
+    site_packages = str(paths.PACKAGE.parent)  # stands for site-packages: the folder that holds the package
+    assert sandbox.hidden_paths([site_packages]) == [str(paths.PACKAGE)]
+    assert sandbox.hidden_paths([str(tmp_path)]) == []
+    config = sandbox.Config(runtime=str(tmp_path), read_only=[site_packages],
+                            hidden=sandbox.hidden_paths([site_packages]))
+    args = sandbox.bwrap_args(config)
+    where = args.index(str(paths.PACKAGE))
+    assert args[where - 1] == "--tmpfs" and args[where + 1: where + 3] == ["--remount-ro", str(paths.PACKAGE)]
+    assert where > args.index(site_packages), "hidden after the folder that holds it is bound"
 
 
 def _masked_attention(q, k, v, mask, *, scribble=False):

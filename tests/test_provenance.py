@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 import attnlab
-from attnlab.course.authoring import default_solutions_dir, find_exercises
-from attnlab.course.grading import runner, trusted
+from attnlab_course.authoring import find_exercises
+from attnlab_course.paths import solutions_dir
+from attnlab_course.grading import trusted
+from attnlab_course.grading import notebook as gradingnb
 from attnlab.exercises import _agent, _provenance, answering_code, exercise_ids, forbidden
 
 
@@ -142,11 +144,11 @@ def test_self_check_reads_the_cell_too(monkeypatch):
 
 def test_no_solution_is_flagged():
     """The reference solutions' exercise cells, read as the grader reads a learner's, all write their exercise."""
-    for path in sorted(default_solutions_dir().glob("*.ipynb")):
+    for path in sorted(solutions_dir().glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         sources = []
         for ex in find_exercises(nb, str(path)):
             sources.append(nb.cells[ex.exercise_cell].source)
-            graded = runner.graded_name(nb.cells[ex.check_cell].source, ex.id)
+            graded = gradingnb.graded_name(nb.cells[ex.check_cell].source, ex.id)
             assert graded, ex.id
             assert _provenance.scan(sources, graded, forbidden(ex.id)) is None, ex.id

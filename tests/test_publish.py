@@ -8,10 +8,10 @@ import re
 import nbformat
 import pytest
 
-from attnlab.course import timing
-from attnlab.course.authoring import cell_role
-from attnlab.course.publish import assets, guide, hints, slideshow
-from attnlab.course.publish.build import course_notebooks
+from attnlab_course import timing
+from attnlab_course.authoring import cell_role
+from attnlab_course.publish import assets, guide, hints, slideshow
+from attnlab_course.publish.build import course_notebooks
 
 NOTEBOOKS = course_notebooks()
 

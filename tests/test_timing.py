@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from attnlab.course import timing
+from attnlab_course import timing
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb")) + [
@@ -55,7 +55,7 @@ def test_a_heading_in_the_middle_of_a_cell_starts_its_section_there():
 
 
 def test_every_header_states_the_current_estimate():
-    assert timing.stale(NOTEBOOKS) == [], "run `make notebooks` (or python -m attnlab.course.timing --write ...)"
+    assert timing.stale(NOTEBOOKS) == [], "run `make notebooks` (or python -m attnlab_course.timing --write ...)"
 
 
 def test_learner_notebooks_carry_the_same_time_as_their_solutions():

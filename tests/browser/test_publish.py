@@ -1,6 +1,6 @@
 """The slides and the website as a reader meets them: opened from file:// in headless Chromium, with no network.
 
-The decks and the site are built once per session (``attnlab.course.publish``) into a temporary folder. Every request
+The decks and the site are built once per session (``attnlab_course.publish``) into a temporary folder. Every request
 that is not a local file (``file:``, ``data:``, ``blob:``) or loopback is blocked and recorded; a test fails on any
 such request, on any console error, page error or failed local request. Screenshots of a few slides and pages go to
 ``artifacts/publish/`` (git ignores it) and the build times and sizes to ``artifacts/publish/build.json``.
@@ -17,10 +17,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attnlab.course import timing
-from attnlab.course.publish import assets
-from attnlab.course.publish.build import ROOT, build_site, build_slides, course_notebooks
-from attnlab.course.publish.slideshow import SLIDE_HEIGHT, SLIDE_WIDTH
+from attnlab_course import timing
+from attnlab_course.publish import assets
+from attnlab_course.publish.build import ROOT, build_site, build_slides, course_notebooks
+from attnlab_course.publish.slideshow import SLIDE_HEIGHT, SLIDE_WIDTH
 
 from .conftest import ARTIFACTS, CHROMIUM
 

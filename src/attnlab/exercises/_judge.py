@@ -1,7 +1,7 @@
 """The one judge: runs an exercise's checker against the learner's function and decides one :class:`Verdict`.
 
 The same code judges a self-check (the learner's function called in this process, :class:`._agent.LocalAnswer`) and
-a grading (called across a socket, :class:`attnlab.course.grading.trusted.RemoteAnswer`). Both answers are an
+a grading (called across a socket, :class:`attnlab_course.grading.trusted.RemoteAnswer`). Both answers are an
 :class:`Answer`: a call produces a reply of the protocol (:mod:`._protocol`), and :meth:`Answer.settle` makes this
 side see what the call did (what it printed and warned, in-place edits, calls of reference functions) and returns
 its result or raises its exception. So a self-check and a grading of the same function give the same verdict.

@@ -1,7 +1,7 @@
 """The one protocol between a learner's kernel and the grader, and the one :class:`Verdict` type.
 
 Both sides import this module: the kernel side (:mod:`._agent`) and the trusted side
-(:mod:`attnlab.course.grading.trusted`), and so does a self-check, which runs the same calls and the same judge in
+(:mod:`attnlab_course.grading.trusted`), and so does a self-check, which runs the same calls and the same judge in
 one process. Every message is a frozen dataclass below; :func:`to_frame` and :func:`from_frame` are generated from
 the dataclasses' fields (their types), never written per message, so a field cannot be sent in one shape and read in
 another. :func:`from_frame` checks every field against its type and raises :class:`_wire.WireError` for anything

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import attnlab
 
-_LIBRARY_SKIP = ("attnlab.exercises", "attnlab.course")
+_LIBRARY_SKIP = ("attnlab.exercises",)
 _DYNAMIC_CALLS = frozenset({"globals", "vars", "locals", "eval", "exec", "compile", "__import__", "setattr",
                             "delattr", "breakpoint"})
 _DYNAMIC_ATTRS = frozenset({"__dict__", "__code__", "__globals__", "__closure__", "__wrapped__", "__builtins__",

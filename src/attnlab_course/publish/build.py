@@ -16,10 +16,11 @@ from pathlib import Path
 import nbformat
 from traitlets.config import Config
 
+from .. import paths
 from . import assets
 from .slideshow import SLIDE_HEIGHT, SLIDE_WIDTH, slides_notebook
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = paths.ROOT
 TEMPLATES = Path(__file__).with_name("templates")
 
 

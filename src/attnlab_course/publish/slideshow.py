@@ -2,7 +2,7 @@
 
 The rules, in the order a reader meets them:
 
-* the title (``# ...``) and every level-2 heading (``## ...``, a section of :func:`attnlab.course.timing.sections`)
+* the title (``# ...``) and every level-2 heading (``## ...``, a section of :func:`attnlab_course.timing.sections`)
   start a new slide, a horizontal step of the deck; the slide carries ``data-section`` with the section's title;
 * a level-3 heading starts a subslide (a vertical step), and so does whatever no longer fits the slide's height:
   markdown cells are split into their paragraphs, lists and blocks, and each piece is measured (estimated) in pixels;

@@ -1,4 +1,4 @@
-"""The instructor guide, generated from the notebooks, :mod:`attnlab.course.timing` and the exercise checkers.
+"""The instructor guide, generated from the notebooks, :mod:`attnlab_course.timing` and the exercise checkers.
 
 For each notebook: its learning goals (the header's "What you will learn"), a session plan with the minutes of each
 section (the same estimate as the notebook headers), where to stop and let the room predict an explorer, the "Check
@@ -13,20 +13,20 @@ from pathlib import Path
 
 import nbformat
 
-from .. import timing
+from .. import paths, timing
 from ..authoring import cell_role
 from .build import ROOT, CourseNotebook, course_notebooks
 from .hints import all_hints
 from .slideshow import explorer_controls
 
-GUIDE = ROOT / "docs" / "instructor-guide.md"
+GUIDE = paths.DOCS / "instructor-guide.md"
 SETUP_CHARS = 400
 
 INTRO = """\
 # Instructor guide
 
-*Generated from the notebooks, `attnlab.course.timing` and the exercise checkers by
-`python -m attnlab.course.publish guide`: edit those, not this file (a test fails when it is out of date).*
+*Generated from the notebooks, `attnlab_course.timing` and the exercise checkers by
+`python -m attnlab_course.publish guide`: edit those, not this file (a test fails when it is out of date).*
 
 Each notebook is one session. Project the slides (`make slides`, then open `build/slides/index.html`; press `s`
 for the speaker notes, which hold the exercise solutions and the explorer prompts) or run the solution notebook
@@ -37,9 +37,9 @@ a prediction before anyone moves a control; an explorer is live only in JupyterL
 default state). Leave the "Try it" exercises for the end or for homework. The "Check yourself" questions make a
 ready-made discussion; their answers are folded under each question in the notebook.
 
-The minutes come from `attnlab.course.timing`, one estimate of each notebook's content (prose at {wpm} words a
+The minutes come from `attnlab_course.timing`, one estimate of each notebook's content (prose at {wpm} words a
 minute, {cell} s a code cell plus {line} s a line, {explorer} min an explorer, {exercise} min an exercise), the estimate
-that `python -m attnlab.course.timing --write` puts in the notebook headers. They are a reader's pace: a room with
+that `python -m attnlab_course.timing --write` puts in the notebook headers. They are a reader's pace: a room with
 questions takes longer.
 
 ## Collecting and grading submissions
@@ -48,7 +48,9 @@ questions takes longer.
    file name without `.ipynb` becomes the learner's name; renamed files and several notebooks in one folder are fine).
 2. Grade them in one go: `.venv/bin/attnlab-check --batch submissions/ --csv results.csv` (one submission per core;
    `--jobs N`, `--timeout S`). Each exercise is `passed`, `failed`, `not attempted`, `error`, `timed out` or `missing`;
-   `results.csv` has one row per learner with the first line of each message.
+   `results.csv` has one row per learner with the first line of each message. `attnlab-check` is part of the course
+   tooling, the `attnlab-course` distribution, which `make install` installs beside `attnlab`; the learners'
+   `attnlab` has neither the grader nor the solution notebooks.
 3. A learner checks one notebook alone with `make check NB=notebooks/NN_topic.ipynb`.
 4. Learner code runs with the grader's privileges: grade submissions you did not write in a container with no
    network (the README's "Grading a class" gives the Docker command).

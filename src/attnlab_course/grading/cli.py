@@ -1,4 +1,5 @@
-"""``attnlab-check``: the command line of the grader."""
+"""``attnlab-check``: the command line of the grader. It checks its arguments, says what isolation this host allows,
+and hands the work to :mod:`.runner` and the printing to :mod:`.report`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..authoring import default_solutions_dir
+from ..paths import solutions_dir as default_solutions_dir
 from . import isolation, runner, sandbox
 from .report import format_report, format_summary, refuse_unsafe_output, write_csv
 from .runner import DEFAULT_TIMEOUT, available_cores

@@ -1,20 +1,22 @@
-"""pytest plugin loaded by the grader into its nbval run (``-p attnlab.course.grading.nbval_hooks``); not for direct use.
+"""pytest plugin loaded by the grader into its nbval run (``-p attnlab_course.grading.nbval_hooks``); not for direct use.
 
-This pytest process is the trusted side of a grading. The plugin
+This pytest process is the trusted side of a grading; nbval runs the grading notebook's cells in the learner's
+kernel, and this plugin
 
-* starts the learner's kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start
-  is replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
+* starts that kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start is
+  replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
 * listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
   cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
   grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
   learner's function across the socket;
 * gives the cells of an exercise (metadata ``attnlab``) ``--nbval-cell-timeout`` and the notebook's own cells, which
   come from the solution notebook, the more generous ``--attnlab-setup-timeout``;
-* decides each exercise's one :class:`~attnlab.exercises._protocol.Verdict` here, when its cells have run: from the
-  judge, from nbval's record of a failed exercise cell, and from nbval's comparison of the check cell's output
-  (:func:`.trusted.exercise_cell_verdict`, :func:`.trusted.check_cell_verdict`);
-* appends a record of every cell nbval ran, each followed by the verdict it settled if any, to ``--attnlab-record``
-  as JSON lines, flushed as it goes, so that a grading stopped by its deadline still tells what it had found.
+* settles each exercise's one :class:`~attnlab.exercises._protocol.Verdict` here, when its cells have run: from the
+  judge, from a failed exercise cell, and from nbval's comparison of the check cell's output
+  (:func:`.trusted.exercise_cell_verdict`, :func:`.trusted.check_cell_verdict`), and when the kernel stops
+  (:func:`.trusted.kernel_stopped_verdict`);
+* writes those verdicts, and where each cell starts and the kernel stops, to ``--attnlab-record`` (:mod:`.record`),
+  line by line, so that a grading stopped by its deadline still tells what it had found.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from . import record
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_TEXT = 4000
@@ -59,14 +63,9 @@ def _output(out) -> dict:
     return {"output_type": kind, "text": _short(str(out.get("data", {}).get("text/plain", "")))}
 
 
-_lock = threading.Lock()
-
-
-def _write(record: dict) -> None:
-    path = _state.get("record")
-    if path:
-        with _lock, open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+def _append(kind: str, **fields) -> None:
+    if _state.get("record"):
+        record.append(_state["record"], kind, **fields)
 
 
 # --- the kernel, in its sandbox ---------------------------------------------------------------------------------
@@ -175,7 +174,7 @@ def accept_kernel(listener, key: str, give_up: float, done: threading.Event | No
     key, and its second message, a :class:`~attnlab.exercises._protocol.Begin`; None when none comes before
     ``give_up`` (or ``done`` is set). Connections that do not start so (another user's, or one that says nothing for
     ``hello_seconds``) are closed and the wait goes on."""
-    from ...exercises import _protocol, _wire
+    from attnlab.exercises import _protocol, _wire
 
     listener.settimeout(0.1)
     while True:  # until the kernel's check connects, or the check cell ends without it
@@ -242,6 +241,12 @@ def _kill_kernel() -> None:
             pass
 
 
+def pytest_collection_modifyitems(items):
+    """Note which exercises this run grades (their check cells): those a kernel that stops leaves ungraded."""
+    _state["present"] = [meta["exercise"] for meta in (getattr(i, "cell", {}).get("metadata", {}).get("attnlab") or {}
+                                                       for i in items) if meta.get("role") == "check"]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     option = item.config.option
@@ -249,6 +254,7 @@ def pytest_runtest_call(item):
         yield
         return
     meta = item.cell.metadata.get("attnlab") or {}
+    _append("cell", exercise=meta.get("exercise"))
     exercise_timeout = option.nbval_cell_timeout
     if "exercise" not in meta:  # one of the notebook's own cells
         option.nbval_cell_timeout = max(option.attnlab_setup_timeout, exercise_timeout)
@@ -273,45 +279,80 @@ def pytest_runtest_call(item):
             thread.join(timeout=max(0.0, exercise_timeout + 5 - (time.monotonic() - start)))
 
 
+# --- settling the verdicts ---------------------------------------------------------------------------------------
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """After each cell: settle what it tells (see :func:`_settle`), note a failed cell of the notebook's own, and
+    notice a kernel that stopped. Once the kernel has stopped, the cells after it tell nothing."""
     yield
-    if not hasattr(item, "cell") or call.when == "teardown" or (call.when == "setup" and call.excinfo is None):
+    if not hasattr(item, "cell") or "grading" not in _state or _state.get("stopped") or call.when == "teardown":
+        return
+    if call.when == "setup":
+        if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+            # nbval could not start the kernel: not the learner's doing
+            _state["stopped"] = True
+            _append("broken", text=_short(str(call.excinfo.value)).strip()[:300])
         return
     failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
-    record = {
-        "kind": "cell",
-        "cell_num": item.cell_num,
-        "first_line": _short(item.cell.source.strip().split("\n")[0][:80]),
-        "attnlab": item.cell.metadata.get("attnlab"),
-        "when": call.when,
+    kernel = getattr(item.parent, "kernel", None)
+    cell = {
         "ok": not failed,
-        "timed_out": bool(getattr(item.parent, "timed_out", False)),
+        "timed_out": bool(getattr(item.parent, "timed_out", False)),  # nbval's deadline fired during this cell
+        "kernel_alive": kernel is not None and kernel.is_alive(),  # nbval stops a kernel it cannot interrupt
         "message": _short(str(call.excinfo.value)) if failed else "",
         "outputs": [_output(o) for o in (getattr(item, "test_outputs", None) or [])],
     }
-    _write(record)
-    meta = record["attnlab"] or {}
-    if call.when == "call" and "exercise" in meta and "grading" in _state:
-        _settle(meta["exercise"], meta.get("role"), record, item)
+    meta = item.cell.metadata.get("attnlab") or {}
+    exercise = meta.get("exercise")
+    if exercise is not None:
+        _settle(exercise, meta.get("role"), cell, item)
+    elif failed and cell["kernel_alive"]:
+        from . import trusted
+
+        _append("note", text=trusted.own_cell_failed_note(item.cell.source, cell))
+    if not cell["kernel_alive"]:
+        _kernel_stopped(exercise)
 
 
-def _settle(exercise_id: str, role, record: dict, item) -> None:
+def _verdict(verdict) -> None:
+    _state.setdefault("settled", set()).add(verdict.exercise)
+    if _state.get("record"):
+        record.append_verdict(_state["record"], verdict)
+
+
+def _settle(exercise_id: str, role, cell: dict, item) -> None:
     """Write the one verdict of ``exercise_id`` once its cells tell it: a failed exercise cell, or its check cell."""
     from . import trusted
-    from ...exercises import _protocol
 
-    settled = _state.setdefault("settled", set())
-    if exercise_id in settled:
+    if exercise_id in _state.setdefault("settled", set()):
         return
     timeout = item.config.option.nbval_cell_timeout
     if role == "solution":
-        verdict = trusted.exercise_cell_verdict(exercise_id, record, timeout)
+        verdict = trusted.exercise_cell_verdict(exercise_id, cell, timeout)
     elif role == "check":
         judged = (getattr(item, "attnlab_judging", None) or {}).get("verdict")
-        verdict = trusted.check_cell_verdict(exercise_id, judged, record, timeout)
+        verdict = trusted.check_cell_verdict(exercise_id, judged, cell, timeout)
     else:
         verdict = None
     if verdict is not None:
-        settled.add(exercise_id)
-        _write({"kind": "verdict", **_protocol.part_to_data(verdict)})
+        _verdict(verdict)
+
+
+def _kernel_stopped(exercise_id: str | None) -> None:
+    """The kernel stopped during a cell of ``exercise_id`` (None: one of the notebook's own cells). That exercise
+    gets its verdict if it has none; when no exercise is to blame, every exercise still to come is not graded. The
+    runner grades the exercises after a culprit in a run of their own."""
+    from . import trusted
+
+    _state["stopped"] = True
+    settled = _state.setdefault("settled", set())
+    if exercise_id is None:
+        _append("note", text=trusted.OWN_CELL_STOPPED)
+        for other in _state.get("present", []):
+            if other not in settled:
+                _verdict(trusted.kernel_stopped_verdict(other, culprit=False))
+    elif exercise_id not in settled:
+        _verdict(trusted.kernel_stopped_verdict(exercise_id, culprit=True))
+    _append("stopped", exercise=exercise_id)

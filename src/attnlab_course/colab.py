@@ -1,7 +1,7 @@
 """The Colab cell: a first code cell in every notebook that sets the notebook up on Google Colab, and does nothing else.
 
-    python -m attnlab.course.colab --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
-    python -m attnlab.course.colab --check notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb  # exit 1: stale
+    python -m attnlab_course.colab --write notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb
+    python -m attnlab_course.colab --check notebooks/solutions/*.ipynb notebooks/00_start_here.ipynb  # exit 1: stale
 
 On Colab, a notebook opened from GitHub arrives alone: no repository, no ``attnlab``. The Colab cell, run first,
 pip-installs ``attnlab`` from the course repository at this release's tag and turns on the widget manager Colab needs
@@ -29,9 +29,10 @@ from pathlib import Path
 
 import nbformat
 
+from . import paths
+
 ROLE = "colab"
 CELL_ID = "colab-setup"
-ROOT = Path(__file__).resolve().parents[3]  # the repository, in an editable install
 
 TEMPLATE = '''\
 # Google Colab only: install the course library, attnlab, at this notebook's release and turn on Colab's widget
@@ -51,13 +52,12 @@ if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
 
 def _project() -> tuple[str, str]:
     """``(version, repository URL)`` from pyproject.toml next to the sources, else from the installed metadata."""
-    pyproject = ROOT / "pyproject.toml"
-    if pyproject.is_file():
+    if paths.PYPROJECT.is_file():
         try:
             import tomllib
         except ModuleNotFoundError:  # Python 3.10
             from pip._vendor import tomli as tomllib
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+        project = tomllib.loads(paths.PYPROJECT.read_text(encoding="utf-8"))["project"]
         return project["version"], project["urls"]["Repository"]
     from importlib.metadata import metadata
 
@@ -113,10 +113,10 @@ def is_up_to_date(nb, source: str | None = None) -> bool:
     return nbformat.writes(with_colab_cell(nb, source)) == nbformat.writes(nb)
 
 
-def write(paths, source: str | None = None) -> list[Path]:
+def write(notebooks, source: str | None = None) -> list[Path]:
     """Insert or update the Colab cell of each notebook in place; return the files that changed."""
     changed = []
-    for path in map(Path, paths):
+    for path in map(Path, notebooks):
         nb = nbformat.read(path, as_version=4)
         if is_up_to_date(nb, source):
             continue
@@ -126,7 +126,7 @@ def write(paths, source: str | None = None) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.course.colab", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnlab_course.colab", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="insert or update the Colab cell in place")
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
         return 0
     stale = [p for p in args.notebooks if not is_up_to_date(nbformat.read(p, as_version=4), source)]
     for path in stale:
-        print(f"{path}: the Colab cell is missing or out of date (python -m attnlab.course.colab --write {path})",
+        print(f"{path}: the Colab cell is missing or out of date (python -m attnlab_course.colab --write {path})",
               file=sys.stderr)
     return 1 if stale else 0
 

@@ -7,6 +7,10 @@ checks; this side first reads the learner's exercise cells to decide whether the
 learner's function through :class:`RemoteAnswer`, and the one judge (:mod:`attnlab.exercises._judge`, the same code a
 self-check runs) decides the :class:`Verdict`. The kernel is only told what to show (with a per-grading token that
 nbval then compares).
+
+The final verdict of an exercise is settled here too, from the judge's and from what nbval saw of the exercise's two
+cells (:func:`exercise_cell_verdict`, :func:`check_cell_verdict`), or from a kernel that stopped
+(:func:`kernel_stopped_verdict`); :mod:`.nbval_hooks` calls these and writes the verdicts down for the runner.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ import re
 import socket
 import time
 
-from ... import exercises
-from ...exercises import _judge, _protocol, _provenance, _wire
-from ...exercises._judge import printed_message
-from ...exercises._protocol import Verdict
+from attnlab import exercises
+from attnlab.exercises import _judge, _protocol, _provenance, _wire
+from attnlab.exercises._judge import printed_message
+from attnlab.exercises._protocol import Verdict
 
 __all__ = ["DeadlineExceeded", "KernelGone", "RemoteAnswer", "Verdict", "check_cell_verdict", "exercise_cell_verdict",
-           "judge", "printed_message", "tell_kernel"]
+           "judge", "kernel_stopped_verdict", "own_cell_failed_note", "printed_message", "tell_kernel"]
 
 
 class DeadlineExceeded(BaseException):
@@ -121,11 +125,17 @@ def tell_kernel(conn, verdict: Verdict, token: str) -> None:
         pass
 
 
-# --- the final verdict of an exercise, from its two cells ------------------------------------------------------------
+# --- the final verdict of an exercise, from its two cells and its kernel ---------------------------------------------
+#
+# nbval ran the cells; what it tells of one (``cell``, made by :mod:`.nbval_hooks`) is whether the cell passed
+# (``ok``: it ran without error and, for a check cell, printed what was expected), whether nbval's deadline fired
+# during it (``timed_out``), whether the kernel is still alive after it (``kernel_alive``: nbval stops a kernel it
+# cannot interrupt), and its outputs, the learner's exception among them.
 
 _CELL_FRAME = re.compile(r"Cell In\[\d+\], line (\d+)(?:, in (\w+))?")
 NO_VERDICT = ("the check never reached the grader: did your code redefine `check`, change attnlab.exercises, or run "
               "the check somewhere else?")
+OWN_CELL_STOPPED = "the kernel stopped in a cell that is not an exercise; the exercises after it were not graded"
 
 
 def _cell_location(error: dict) -> str:
@@ -137,28 +147,33 @@ def _cell_location(error: dict) -> str:
     return f" (line {line} of your exercise cell" + (f", in {function})" if function else ")")
 
 
-def exercise_cell_verdict(exercise_id: str, rec: dict, timeout: float) -> Verdict | None:
-    """The verdict when the learner's exercise cell itself failed (nbval's record of it), else None."""
-    if rec["ok"]:
+def _errors(cell: dict) -> list[dict]:
+    return [o for o in cell["outputs"] if o["output_type"] == "error"]
+
+
+def exercise_cell_verdict(exercise_id: str, cell: dict, timeout: float) -> Verdict | None:
+    """The verdict when the learner's exercise cell itself failed, else None."""
+    if cell["ok"]:
         return None
-    if rec["message"].startswith("Timeout"):  # only a deadline that fired: a raised KeyboardInterrupt is an error
+    if cell["timed_out"]:  # only a deadline that fired: a raised KeyboardInterrupt is an error
         why = ": an infinite loop, or far too much work?"
-        if "Failed to interrupt" in rec["message"] or "waiting for output" in rec["message"]:
+        if not cell["kernel_alive"]:
             why = " and could not be interrupted (does it catch KeyboardInterrupt, or did it stop the kernel?)"
         return Verdict(exercise_id, "timed out", f"your exercise cell did not finish within {timeout:g} s{why}")
-    errors = [o for o in rec["outputs"] if o["output_type"] == "error"]
+    errors = _errors(cell)
     if errors:
         ename, evalue = errors[-1]["ename"], errors[-1]["evalue"]
         return Verdict(exercise_id, "error", (f"{ename}: {evalue}" if evalue else ename) + _cell_location(errors[-1]))
-    return Verdict(exercise_id, "error", rec["message"].strip().splitlines()[0] if rec["message"].strip() else "failed")
+    message = cell["message"].strip()
+    return Verdict(exercise_id, "error", message.splitlines()[0] if message else "failed")
 
 
-def check_cell_verdict(exercise_id: str, judged: Verdict | None, rec: dict, timeout: float) -> Verdict:
+def check_cell_verdict(exercise_id: str, judged: Verdict | None, cell: dict, timeout: float) -> Verdict:
     """The final verdict of an exercise whose check cell ran: the judge's, and a pass also needs nbval's comparison
     of the check cell (the kernel printed the token and nothing else)."""
     if judged is None:  # the kernel's check never asked the judge
-        errors = [o for o in rec["outputs"] if o["output_type"] == "error"]
-        if rec["message"].startswith("Timeout"):
+        errors = _errors(cell)
+        if cell["timed_out"]:
             return Verdict(exercise_id, "timed out", f"your function did not return within {timeout:g} s")
         if errors and errors[-1]["ename"] != "ExerciseFailed":  # it failed before it reached the grader
             ename, evalue = errors[-1]["ename"], errors[-1]["evalue"]
@@ -168,11 +183,28 @@ def check_cell_verdict(exercise_id: str, judged: Verdict | None, rec: dict, time
             where = _cell_location(errors[-1])
             return Verdict(exercise_id, "error", message + (where if ", in " in where else ""))
         return Verdict(exercise_id, "failed", NO_VERDICT)  # whatever the kernel printed, nobody judged it
-    if judged.status != "passed" or rec["ok"]:
+    if judged.status != "passed" or cell["ok"]:
         return judged
-    if rec.get("timed_out"):
+    if cell["timed_out"]:
         return Verdict(exercise_id, "timed out", f"your function did not return within {timeout:g} s")
-    streams = [o for o in rec["outputs"] if o["output_type"] == "stream"]
+    streams = [o for o in cell["outputs"] if o["output_type"] == "stream"]
     extra = "\n".join(line for line in "".join(o["text"] for o in streams).splitlines()
                       if not line.startswith(f"Exercise {exercise_id}: passed [")).strip()
     return Verdict(exercise_id, "failed", printed_message(exercise_id, extra))
+
+
+def kernel_stopped_verdict(exercise_id: str, culprit: bool) -> Verdict:
+    """The verdict of an exercise the kernel stopped during (``culprit``), or before."""
+    if culprit:
+        return Verdict(exercise_id, "error", "the kernel died while running your code (did it call exit(), or use "
+                                             "all the memory?)")
+    return Verdict(exercise_id, "error", "not graded: the kernel stopped before this exercise")
+
+
+def own_cell_failed_note(source: str, cell: dict) -> str:
+    """The note for a cell of the notebook's own (not an exercise) that failed: an exercise cell may be to blame."""
+    errors = _errors(cell)
+    what = f"{errors[-1]['ename']}: {errors[-1]['evalue']}" if errors else cell["message"].strip()
+    first_line = source.strip().split("\n")[0][:80]
+    return (f"a cell of the notebook that is not an exercise failed ({first_line!r}): "
+            f"{what.splitlines()[0] if what else 'failed'}; does an exercise cell change a shared name?")

@@ -1,11 +1,11 @@
 """One OS sandbox per submission: the learner's kernel runs inside bubblewrap (Linux).
 
 What the kernel sees (:func:`bwrap_args`): a read-only view of the system libraries, the Python installation, the
-virtual environment and the ``attnlab`` package with its course tooling (``attnlab/course``: the grader and any
-shipped solutions) hidden; a private ``/tmp`` and working folder (small tmpfs); its own PID, network (loopback only,
-nothing listening), IPC, UTS and user namespaces; uid 1000, not root; no environment but a few variables; and one
-writable runtime folder of its own (mode 0700), which holds its connection file and sockets. It dies with its parent
-(``--die-with-parent``), and everything it starts dies with it (its PID namespace).
+virtual environment and the ``attnlab`` package, never the course tooling (``attnlab_course``, the grader and any
+shipped solutions: :func:`hidden_paths`); a private ``/tmp`` and working folder (small tmpfs); its own PID, network
+(loopback only, nothing listening), IPC, UTS and user namespaces; uid 1000, not root; no environment but a few
+variables; and one writable runtime folder of its own (mode 0700), which holds its connection file and sockets. It
+dies with its parent (``--die-with-parent``), and everything it starts dies with it (its PID namespace).
 
 Limits (:class:`Limits`) are set with ``setrlimit`` before bubblewrap starts: address space (memory), processes,
 open files, file size and CPU time. When the grader runs as root, the sandbox also runs as an unprivileged uid of its
@@ -19,8 +19,8 @@ The same script also starts the grader's trusted pytest process of a grading run
 (``--private-runtime``): in a mount namespace of its own, the sandbox's runtime folder becomes a tmpfs with a size
 and an inode limit, mode 0700 and owned by the sandbox's uid, so that neither the host disk nor other users see it.
 
-    python -m attnlab.course.grading.sandbox CONFIG.json -- COMMAND...    # the kernel command nbval runs
-    python -m attnlab.course.grading.sandbox --private-runtime CONFIG.json -- COMMAND...  # the grader's pytest
+    python -I -S sandbox.py CONFIG.json -- COMMAND...                      # the kernel command nbval runs
+    python -I -S sandbox.py --private-runtime CONFIG.json -- COMMAND...    # the grader's pytest, as root
 """
 
 from __future__ import annotations
@@ -143,11 +143,18 @@ def python_paths() -> list[str]:
     return [p for p in kept if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in kept)]
 
 
-def hidden_paths() -> list[str]:
-    """The course tooling (grader, authoring, shipped solutions): nothing the kernel needs, hidden from it."""
-    import attnlab
+def hidden_paths(read_only: list[str]) -> list[str]:
+    """The course tooling, hidden from the kernel wherever it lies inside a folder the kernel sees.
 
-    return [str(Path(attnlab.__file__).resolve().parent / "course")]
+    Installed from the ``attnlab-course`` wheel, the package ``attnlab_course`` (the grader, and the solution
+    notebooks the wheel ships) sits in site-packages beside ``attnlab``, and the kernel sees site-packages: it is
+    replaced by an empty folder. Run from a checkout, it sits in ``src/``, of which the kernel sees only ``attnlab``:
+    there is nothing to hide.
+    """
+    from attnlab_course import paths
+
+    package = paths.PACKAGE
+    return [str(package)] if any(package.is_relative_to(Path(p).resolve()) for p in read_only) else []
 
 
 def bwrap_args(config: Config, sources: dict[str, str] | None = None, scratch: str | None = None) -> list[str]:
@@ -175,6 +182,33 @@ def bwrap_args(config: Config, sources: dict[str, str] | None = None, scratch: s
     for key, value in env.items():
         args += ["--setenv", key, value]
     return args
+
+
+def runtime_dir(tmp: Path, uid: int | None) -> tuple[Path, Path]:
+    """The kernel's own folder (connection file, sockets, IPython profile, matplotlib's font cache), private to the
+    grading (mode 0700), and the folder its first contents are written to. Without root they are the same folder;
+    as root the runtime folder is a tmpfs of the grading's own mount namespace (see :func:`private_runtime`)
+    and the contents are copied into it from ``seed``."""
+    runtime = seed = tmp / "run"
+    runtime.mkdir(mode=0o700)
+    if uid is not None:
+        seed = tmp / "seed"
+    profile = seed / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text(
+        "c.InlineBackend.figure_formats = set()\nc.HistoryManager.enabled = False\n")
+    mpl = seed / "mpl"
+    mpl.mkdir()
+    try:
+        import matplotlib
+
+        for cache in Path(matplotlib.get_cachedir()).glob("fontlist-*.json"):
+            shutil.copy(cache, mpl / cache.name)  # no font scan in every kernel
+    except Exception:  # no matplotlib, or no cache yet: the kernel builds its own
+        pass
+    os.chmod(seed, 0o700)
+    return runtime, seed
+
 
 
 # --- the launcher ---------------------------------------------------------------------------------------------------
@@ -297,7 +331,7 @@ def main(argv=None) -> int:
         private_runtime(Config.read(argv[1]), argv[3:])
         return 1  # not reached
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: python -m attnlab.course.grading.sandbox CONFIG.json -- COMMAND...", file=sys.stderr)
+        print("usage: python -I -S sandbox.py CONFIG.json -- COMMAND...", file=sys.stderr)
         return 2
     launch(Config.read(argv[0]), argv[2:])
     return 1  # not reached

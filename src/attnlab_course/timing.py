@@ -2,8 +2,8 @@
 
 One estimate serves the notebook headers and the instructor guide, so the two never disagree:
 
-    python -m attnlab.course.timing notebooks/solutions/*.ipynb           # print each notebook's breakdown
-    python -m attnlab.course.timing --write notebooks/solutions/*.ipynb   # rewrite the time block of each header
+    python -m attnlab_course.timing notebooks/solutions/*.ipynb           # print each notebook's breakdown
+    python -m attnlab_course.timing --write notebooks/solutions/*.ipynb   # rewrite the time block of each header
 
 A section is everything from one level-2 heading (``## ...``, at the start of a line anywhere in a markdown cell) to the
 next; what precedes the first is "Introduction".
@@ -141,12 +141,12 @@ def stale(paths) -> list[str]:
     for path in map(Path, paths):
         nb = nbformat.read(path, as_version=4)
         if nb.cells[0].source != header_with_time(nb):
-            out.append(f"{path}: the time block is out of date (python -m attnlab.course.timing --write {path})")
+            out.append(f"{path}: the time block is out of date (python -m attnlab_course.timing --write {path})")
     return out
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.course.timing", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnlab_course.timing", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--write", action="store_true", help="rewrite the time block of each notebook's header")
     args = parser.parse_args(argv)

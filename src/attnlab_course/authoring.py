@@ -1,8 +1,8 @@
 """Authoring tools: learner notebooks generated from the solution notebooks, and re-execution in place.
 
-    python -m attnlab.course.authoring learner notebooks/solutions/*.ipynb   # write notebooks/NN_topic.ipynb
-    python -m attnlab.course.authoring verify [notebooks/solutions/*.ipynb]  # exit 1 if a learner notebook is out of date
-    python -m attnlab.course.authoring execute NOTEBOOK...                    # re-run in a fresh kernel, outputs in place
+    python -m attnlab_course.authoring learner notebooks/solutions/*.ipynb   # write notebooks/NN_topic.ipynb
+    python -m attnlab_course.authoring verify [notebooks/solutions/*.ipynb]  # exit 1 if a learner notebook is out of date
+    python -m attnlab_course.authoring execute NOTEBOOK...                    # re-run in a fresh kernel, outputs in place
 
 The solution notebook ``notebooks/solutions/NN_topic.ipynb`` is the source of truth. Each "Try it" exercise is two
 consecutive code cells:
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
+from . import paths
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = ("# your code here", "raise NotImplementedError")
@@ -228,22 +229,8 @@ def write_learner(solution_paths, force: bool = False) -> list[Path]:
 
 
 def solution_notebooks(solutions_dir: Path | None = None) -> list[Path]:
-    """Every ``NN_*.ipynb`` in the solutions folder (default: the repository's ``notebooks/solutions``)."""
-    solutions_dir = Path(solutions_dir) if solutions_dir else default_solutions_dir()
-    return sorted(p for p in solutions_dir.glob("[0-9][0-9]_*.ipynb"))
-
-
-def default_solutions_dir() -> Path:
-    """``$ATTNLAB_SOLUTIONS`` if set, else the solution notebooks shipped in the package (``attnlab/course/solutions``,
-    in an install from a wheel), else ``notebooks/solutions`` of the repository attnlab is installed from (an editable
-    install), else ``notebooks/solutions`` under the current directory."""
-    if os.environ.get("ATTNLAB_SOLUTIONS"):
-        return Path(os.environ["ATTNLAB_SOLUTIONS"])
-    shipped = Path(__file__).resolve().parent / "solutions"  # setup.py copies notebooks/solutions here in a wheel
-    if shipped.is_dir():
-        return shipped
-    repository = Path(__file__).resolve().parents[3] / "notebooks" / "solutions"
-    return repository if repository.is_dir() else Path.cwd() / "notebooks" / "solutions"
+    """Every ``NN_*.ipynb`` in the solutions folder (default: :func:`.paths.solutions_dir`)."""
+    return paths.solution_notebooks(solutions_dir or paths.solutions_dir())
 
 
 def stale_learner_notebooks(solution_paths=None) -> list[str]:
@@ -306,7 +293,7 @@ def _current_env_kernel_manager():
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.course.authoring", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnlab_course.authoring", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("learner", help="generate notebooks/NN_topic.ipynb from notebooks/solutions/NN_topic.ipynb")
     p.add_argument("solutions", nargs="+", type=Path)

@@ -1,4 +1,4 @@
-"""``python -m attnlab.course.publish {slides,site,guide}``: see the package docstring."""
+"""``python -m attnlab_course.publish {slides,site,guide}``: see the package docstring."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def _size(n: int) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.course.publish", description=DOC.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnlab_course.publish", description=DOC.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, default in (("slides", "build/slides"), ("site", "build/site")):
         p = sub.add_parser(name)
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
               f"{result['seconds']} s; open {args.out / 'index.html'}")
     elif args.check:
         if guide.stale():
-            print(f"{guide.GUIDE} is out of date: python -m attnlab.course.publish guide", file=sys.stderr)
+            print(f"{guide.GUIDE} is out of date: python -m attnlab_course.publish guide", file=sys.stderr)
             return 1
         print(f"{guide.GUIDE} is up to date")
     else:

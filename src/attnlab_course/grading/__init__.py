@@ -1,0 +1,23 @@
+"""``attnlab-check``: grading a learner's "Try it" exercises, split by role around the protocol that the learner's
+kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, and the one verdict type).
+
+* :mod:`.cli`: the command line;
+* :mod:`.runner`: one grading and a batch of them (it puts the parts below together, and takes every result from
+  the trusted side's verdicts);
+* :mod:`.submission`: the submitted file, read safely and matched to its solution notebook;
+* :mod:`.notebook`: the notebook nbval runs for one grading;
+* :mod:`.sandbox` and :mod:`.isolation`: the bubblewrap sandbox of each grading and its limits, and its uid and
+  cgroup on the host;
+* :mod:`.trusted`: the trusted judge, which decides each exercise's verdict in the grader's process;
+* :mod:`.nbval_hooks`: the pytest plugin that runs the trusted side inside the nbval run, and :mod:`.record`, what it
+  writes down for the runner;
+* :mod:`.report`: the table, the batch summary and the CSV.
+"""
+
+from .cli import main
+from .report import format_report, format_summary, write_csv
+from .runner import DEFAULT_TIMEOUT, STATUSES, Report, Result, available_cores, grade, grade_many
+from .submission import SubmissionError
+
+__all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "format_report",
+           "format_summary", "grade", "grade_many", "main", "write_csv"]
