@@ -8,8 +8,8 @@ submissions graded in the same batch graded right, the CSV and the terminal outp
 characters, every name on one line. The grading's aggregate memory is set to 320 MiB in this batch (4 GiB by default)
 and its tmpfs to 128 and 16 MiB (256 and 32) so that filling them stays quick.
 
-A second, small batch grades an honest and a hostile submission with ``--jobs 20`` and no cgroup (the fallback), while
-another local user tries to reach the grading's check socket.
+A second, small batch (``test_grader_crowd.py``, a module of its own so that another pytest-xdist worker can run it
+meanwhile) grades an honest and a hostile submission with ``--jobs 20`` and no cgroup.
 """
 
 from __future__ import annotations
@@ -21,22 +21,18 @@ import io
 import json
 import os
 import re
-import socket
 import stat
-import tempfile
-import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import make_submissions
+from helpers import processes_marked
 import nbformat
 import pytest
 
 from attnlab_course.authoring import find_exercises
 from attnlab_course.paths import solutions_dir
 from attnlab_course.grading import cli, isolation, runner, sandbox, submission
-from attnlab.exercises import _protocol, _wire
 
 if sandbox.unavailable_reason():
     pytest.skip(f"grader attack tests skipped: {sandbox.unavailable_reason()} ({sandbox.INSTALL_HINT})",
@@ -144,14 +140,7 @@ def attacked(tmp_path_factory):
 
 
 def _survivors() -> list[str]:
-    survivors = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and DAEMON_MARK in (proc / "cmdline").read_bytes():
-                survivors.append(proc.name)
-        except OSError:
-            pass
-    return survivors
+    return processes_marked(DAEMON_MARK)
 
 
 def _exercise_ids() -> list[str]:
@@ -250,133 +239,3 @@ def test_batch_finishes_with_one_row_per_file(attacked):
     files = {row[1] for row in attacked["rows"][1:]}
     assert len(files) == len(attacked["reports"])
     assert attacked["status"] == 1, "some files could not be graded, so the exit status is 1"
-
-
-# --- many gradings at once, no cgroup, and another user on the host -------------------------------------------------
-
-SPIN_AND_FORK = make_submissions.Submission("02_masks", "spin_and_fork", {
-    "base": "learner", "about": "leave sleeping children in sessions of their own, then spin ignoring SIGINT",
-    "code": {"2.1": '''
-import os, signal, subprocess, sys
-for _ in range(3):
-    subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(1)  # attnlab-attack-daemon"],
-                     start_new_session=True)
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-while True:
-    pass
-'''}})
-
-
-def _as_stranger(uid: int, address: str) -> str:
-    """Connect to ``address`` as ``uid`` in a child process: "connected" or the error's name."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child only makes system calls, then leaves
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(address)
-            outcome = "connected"
-        except OSError as exc:
-            outcome = type(exc).__name__
-        except BaseException:
-            outcome = "failed"
-        os.write(write, outcome.encode())
-        os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    with os.fdopen(read) as f:
-        return f.read()
-
-
-def _knock(folder: Path, stop: threading.Event, seen: dict) -> None:
-    """While the batch runs: another local user, then root without the key, try the check socket of each grading."""
-    stranger = isolation.lease_uid()
-    try:
-        while not stop.is_set() and len(seen["stranger"]) < 6:
-            for proc in Path("/proc").iterdir():
-                try:
-                    argv = (proc / "cmdline").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                config = [a for a in argv if a.startswith(b"--attnlab-grading=" + str(folder).encode())]
-                if not config or b"pytest" not in argv:
-                    continue
-                address = str(Path(config[0].split(b"=", 1)[1].decode()).parents[1] / "run" / "check.sock")
-                if not os.path.exists(f"/proc/{proc.name}/root{address}"):
-                    continue  # not listening yet
-                for where in (address, f"/proc/{proc.name}/root{address}"):
-                    seen["stranger"].append(_as_stranger(stranger.uid, where))
-                try:  # root reaches it through the grading's own mount namespace, but has no key
-                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                        sock.connect(f"/proc/{proc.name}/root{address}")
-                        _protocol.send(sock, _protocol.Hello("0" * 64))
-                        _protocol.send(sock, _protocol.Begin("2.1"))
-                        sock.settimeout(1.5)
-                        seen["root"].append("served" if sock.recv(1) else "closed")
-                except socket.timeout:
-                    seen["root"].append("unanswered")
-                except ConnectionResetError:  # closed with our messages unread
-                    seen["root"].append("closed")
-                except OSError as exc:
-                    seen["root"].append(type(exc).__name__)
-            time.sleep(0.5)
-    finally:
-        stranger.release()
-
-
-@pytest.fixture(scope="module")
-def crowded(tmp_path_factory):
-    """``--jobs 20``, no cgroup (forced), an honest and a hostile submission, another user knocking meanwhile."""
-    folder = tmp_path_factory.mktemp("crowded")
-    nbformat.write(make_submissions.write_all(tmp_path_factory.mktemp("honest"))["02-correct.ipynb"].build(),
-                   folder / "02-correct.ipynb")
-    nbformat.write(SPIN_AND_FORK.build(), folder / "02-spin_and_fork.ipynb")
-    gradings = Path(tempfile.mkdtemp(prefix="attnlab-test-"))  # only this batch's gradings, reachable by their uids
-    os.chmod(gradings, 0o711)
-    seen = {"stranger": [], "root": []}
-    stop = threading.Event()
-    knocker = threading.Thread(target=_knock, args=(gradings, stop, seen), daemon=True)
-    reports: list = []
-    grade_many = runner.grade_many
-    out = io.StringIO()
-    try:
-        with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(io.StringIO()):
-            mp.setenv(isolation.NO_CGROUP_ENV, "1")
-            mp.setattr(tempfile, "tempdir", str(gradings))
-            mp.setattr(runner, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
-            if os.geteuid() == 0:
-                knocker.start()
-            status = cli.main(["--batch", str(folder), "--jobs", "20"])
-    finally:
-        stop.set()
-        if knocker.is_alive():
-            knocker.join(timeout=30)
-        survivors = _survivors()
-        os.rmdir(gradings)
-    return {"status": status, "reports": {r.path.name: r for r in reports}, "out": out.getvalue(), "seen": seen,
-            "survivors": survivors}
-
-
-def test_with_20_jobs_an_honest_submission_passes_beside_a_hostile_one(crowded):
-    assert [r.status for r in crowded["reports"]["02-correct.ipynb"].results] == ["passed"] * 3
-    assert crowded["reports"]["02-spin_and_fork.ipynb"].results[0].status == "timed out"
-    assert crowded["survivors"] == [], "the hostile submission's children died with its grading"
-
-
-def test_without_a_cgroup_the_batch_says_so_in_one_line(crowded):
-    notes = [line for line in crowded["out"].splitlines() if line.startswith("note: no cgroup")]
-    assert len(notes) == 1 and isolation.NO_CGROUP_ENV in notes[0], crowded["out"]
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another local user")
-def test_another_local_user_cannot_reach_the_check_socket(crowded):
-    stranger, root = crowded["seen"]["stranger"], crowded["seen"]["root"]
-    assert stranger and root, "the gradings were found while they ran"
-    assert "connected" not in stranger, stranger
-    assert set(stranger) <= {"PermissionError", "FileNotFoundError"}, stranger
-    assert "closed" in root or "unanswered" in root, "root could reach the socket (the test can see a failure)"
-    assert "served" not in root, "a connection without the grading's key is never served"
