@@ -33,6 +33,7 @@ from attnlab import (
     causal_mask,
     causal_pairs,
     combine_masks,
+    count_tiled_io,
     crossover_length,
     decode,
     decode_step,
@@ -58,8 +59,10 @@ from attnlab import (
     softmax,
     softmax_backward,
     split_heads,
+    sram_block_sizes,
     tiled_attention,
     tiled_attention_backward,
+    tiled_io_bytes,
 )
 from attnlab.model import sinusoidal_positions
 from attnlab.widgets import explorer
@@ -424,6 +427,17 @@ CASES = [
     ("decode_step_cost", lambda: decode_step_cost(1024, d_model=64, H=8, Hkv=3),
      "need d_model % H == 0 and H % Hkv == 0, got d_model=64, H=8, Hkv=3"),
     ("decode_step_cost", lambda: decode_step_cost(0, d_model=64, H=8), "S must be >= 1, got 0"),
+    ("sram_block_sizes", lambda: sram_block_sizes(511, 128),
+     "M must hold one row of each of Q_i, K_j, V_j and O_i, M >= 4*D = 512, got M=511"),
+    ("sram_block_sizes", lambda: sram_block_sizes(4096, 16, outer="k"),
+     "outer must be 'kv' (FlashAttention's loop) or 'q' (tiled_attention's loop), got 'k'"),
+    ("tiled_io_bytes", lambda: tiled_io_bytes(8, 8, 4, Br=0, Bc=4), "Br must be >= 1, got 0"),
+    ("tiled_io_bytes", lambda: tiled_io_bytes(8, 8, 4, Br=4, Bc=4, H=4, Hkv=3), "H=4 is not a multiple of Hkv=3"),
+    ("tiled_io_bytes", lambda: tiled_io_bytes(9, 8, 4, Br=4, Bc=4, causal=True),
+     "T=9 queries cannot be the last T positions of S=8 keys; expected T <= S"),
+    ("count_tiled_io", lambda: count_tiled_io(f(2, 5, 4), f(2, 7, 3), f(2, 7, 3), Br=2, Bc=2),
+     "k has D=3 but q has D=4"),
+    ("count_tiled_io", lambda: count_tiled_io(f(5, 4), f(7, 4), f(7, 4), Br=2, Bc=2.0), "Bc must be an integer, got 2.0"),
     ("format_bytes", lambda: format_bytes(-1), "n must be a non-negative number of bytes, got -1"),
     ("format_bytes", lambda: format_bytes(float("nan")), "n must be a non-negative number of bytes, got nan"),
     ("format_bytes", lambda: format_bytes(float("inf")), "n must be a non-negative number of bytes, got inf"),
@@ -468,5 +482,7 @@ def test_valid_input_right_next_to_each_boundary_is_accepted():
                                     Br=1, Bc=1)[0].shape == (2, 3, 4)
     assert attention(f(3, 4), f(5, 4), f(5, 4), scale=1e-300).shape == (3, 4)
     assert score_bytes(1, 1, dtype=1) == 1 and format_bytes(0) == "0 B"
+    assert sram_block_sizes(512, 128) == (1, 1) and tiled_io_bytes(8, 8, 4, Br=1, Bc=1, causal=True)["q_read"] == 64
+    assert count_tiled_io(f(8, 4), f(8, 4), f(8, 4), Br=1, Bc=1, causal=True)[0].shape == (8, 4)
     assert init_weights(6, 3, 1).Hkv == 1 and repeat_kv(f(1, 2, 2), 1).shape == (1, 2, 2)
     assert rope(f(1, 2), [0], base=1.0001).shape == (1, 2)

@@ -26,6 +26,7 @@ from .cost import (
     GiB,
     attention_flops,
     causal_pairs,
+    count_tiled_io,
     crossover_length,
     decode_step_cost,
     format_bytes,
@@ -33,6 +34,8 @@ from .cost import (
     matmul_flops,
     projection_flops,
     score_bytes,
+    sram_block_sizes,
+    tiled_io_bytes,
 )
 from .heads import (
     AttentionWeights,
@@ -69,13 +72,14 @@ __version__ = "0.1.0"
 __all__ = [
     "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledStats", "attention", "attention_backward",
     "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs", "combine_masks",
-    "copy_task", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask",
+    "copy_task", "count_tiled_io", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost",
+    "document_mask",
     "format_bytes", "generate", "init_model", "init_weights", "kv_cache_bytes", "limit_threads", "loss_and_grads",
     "matmul_flops",
     "merge_heads", "model_forward", "multi_head_attention", "online_softmax", "online_softmax_stats", "padding_mask",
     "position_ids", "project_qkv", "projection_flops", "repeat_kv", "rope", "score_bytes",
-    "sliding_window_mask", "softmax",
-    "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "train",
+    "sliding_window_mask", "softmax", "sram_block_sizes",
+    "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "tiled_io_bytes", "train",
     "train_many",
 ]
 
