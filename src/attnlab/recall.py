@@ -146,10 +146,14 @@ def _forward(models, keys, values, queries):
     return logits, (xq, xk, xv, q, k, v, out, weights)
 
 
-def recall_logits(models: RecallModels, keys, values, queries) -> np.ndarray:
-    """Logits ``(N, B, Q, n_values)`` of every model for every query; ids ``(B, P)`` shared or ``(N, B, P)``."""
+def recall_logits(models: RecallModels, keys, values, queries, *, return_weights: bool = False):
+    """Logits ``(N, B, Q, n_values)`` of every model for every query; ids ``(B, P)`` shared or ``(N, B, P)``.
+
+    With ``return_weights``, also the attention weights ``(N, B, Q, P)``: how much each query reads from each pair.
+    """
     keys, values, queries = _check_ids(models, keys, values, queries)
-    return _forward(models, keys, values, queries)[0]
+    logits, saved = _forward(models, keys, values, queries)
+    return (logits, saved[-1]) if return_weights else logits
 
 
 def recall_loss_and_grads(models: RecallModels, keys, values, queries, targets):
