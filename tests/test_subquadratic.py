@@ -150,7 +150,8 @@ def test_linear_attention_is_causal_later_tokens_change_nothing_before_them():
     k2, v2 = k.copy(), v.copy()
     k2[:, 5:] += 10.0
     v2[:, 5:] -= 3.0
-    np.testing.assert_array_equal(linear_attention_recurrent(q, k, v)[:, :5], linear_attention_recurrent(q, k2, v2)[:, :5])
+    before = linear_attention_recurrent(q, k, v)[:, :5]
+    np.testing.assert_array_equal(linear_attention_recurrent(q, k2, v2)[:, :5], before)
 
 
 def test_the_state_has_a_fixed_size_whatever_the_length():
@@ -192,7 +193,8 @@ def test_linear_attention_backward_against_finite_differences(H, Hkv, causal):
         return float(np.sum(linear_attention(q_, k_, v_, mask, causal=causal) * dout))
 
     dq, dk, dv = linear_attention_backward(q, k, v, dout, mask, causal=causal)
-    for got, x, f in ((dq, q, lambda x: loss(x, k, v)), (dk, k, lambda x: loss(q, x, v)), (dv, v, lambda x: loss(q, k, x))):
+    cases = ((dq, q, lambda x: loss(x, k, v)), (dk, k, lambda x: loss(q, x, v)), (dv, v, lambda x: loss(q, k, x)))
+    for got, x, f in cases:
         numeric = finite_differences(f, x)
         assert np.abs(got - numeric).max() <= 1e-7 * max(np.abs(numeric).max(), 1.0)
     assert np.all(dq[:, :, 1] == 0)

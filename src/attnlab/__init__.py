@@ -34,13 +34,6 @@ from .cost import (
     projection_flops,
     score_bytes,
 )
-from .linear import (
-    elu_feature,
-    linear_attention,
-    linear_attention_backward,
-    linear_attention_recurrent,
-    linear_attention_step,
-)
 from .heads import (
     AttentionWeights,
     KVCache,
@@ -51,6 +44,13 @@ from .heads import (
     multi_head_attention,
     project_qkv,
     split_heads,
+)
+from .linear import (
+    elu_feature,
+    linear_attention,
+    linear_attention_backward,
+    linear_attention_recurrent,
+    linear_attention_step,
 )
 from .masks import causal_mask, combine_masks, document_mask, padding_mask, position_ids, sliding_window_mask
 from .model import (
@@ -69,7 +69,15 @@ from .model import (
 )
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .position import rope
-from .recall import RecallModels, init_recall, recall_accuracy, recall_logits, recall_loss_and_grads, recall_task, train_recall
+from .recall import (
+    RecallModels,
+    init_recall,
+    recall_accuracy,
+    recall_logits,
+    recall_loss_and_grads,
+    recall_task,
+    train_recall,
+)
 from .softmax import softmax
 from .window import WindowStats, window_attention, window_decode
 

@@ -101,8 +101,8 @@ def linear_attention_backward(q, k, v, dout, mask=None, *, causal: bool = False)
     Notes
     -----
     With ``A = M ∘ φ(q)φ(k)ᵀ``, ``z = rowsum(A)`` and ``out = A v / z``: ``dv = (A / z)ᵀ dout``,
-    ``dA = M ∘ (dout vᵀ − rowsum(dout ∘ out)) / z``, ``dφ(q) = dA φ(k)``, ``dφ(k) = dAᵀ φ(q)``, then ``dq = dφ(q) ∘ φ'(q)``
-    and ``dk = dφ(k) ∘ φ'(k)``. Grouped key/value heads sum the gradients of their ``G`` query heads.
+    ``dA = M ∘ (dout vᵀ − rowsum(dout ∘ out)) / z``, ``dφ(q) = dA φ(k)``, ``dφ(k) = dAᵀ φ(q)``, then
+    ``dq = dφ(q) ∘ φ'(q)`` and ``dk = dφ(k) ∘ φ'(k)``. Grouped key/value heads sum the gradients of their ``G`` query heads.
     """
     q, k, v = check_qkv(q, k, v)
     dout = check_shaped(dout, "dout", (*q.shape[:-1], v.shape[-1]), "the output's shape")
@@ -168,7 +168,8 @@ def linear_attention_recurrent(q, k, v):
     matrix. ``q, k, v (..., H, T, D)`` with ``T == S`` (grouped heads are repeated). Returns ``(..., H, T, Dv)``."""
     q, k, v = check_qkv(q, k, v)
     if k.shape[-2] != q.shape[-2]:
-        raise ValueError(f"the recurrent form takes one key per query: expected S == T={q.shape[-2]}, got S={k.shape[-2]}")
+        raise ValueError(f"the recurrent form takes one key per query: expected S == T={q.shape[-2]}, "
+                         f"got S={k.shape[-2]}")
     k, v = _full_heads(q, k, v)
     dtype = compute_dtype(q, k, v)
     state = np.zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]), dtype=dtype)  # (..., H, D, Dv)

@@ -1,8 +1,8 @@
 """Checks for notebook 08, beyond quadratic attention: a rolling-buffer KV cache, the recurrent step of linear
 attention, and the capacity of a fixed-size state.
 
-8.1 ``window_step(cache_k, cache_v, t, q_t, k_t, v_t)`` -> ``(out_t, cache_k, cache_v)``: one decode step of sliding-window
-    attention with a rolling buffer of ``W = len(cache_k)`` slots. The check drives it for more than two laps of the
+8.1 ``window_step(cache_k, cache_v, t, q_t, k_t, v_t)`` -> ``(out_t, cache_k, cache_v)``: one decode step of
+    sliding-window attention with a rolling buffer of ``W = len(cache_k)`` slots. The check drives it for more than two laps of the
     buffer and compares every output with full recomputation, ``attention(q, k, v, sliding_window_mask(T, window=W))``.
 8.2 ``linear_step(state, z, q_t, k_t, v_t)`` -> ``(out_t, state, z)``: one step of causal linear attention with
     ``φ(x) = elu(x) + 1``, a ``(D, Dv)`` state and a ``(D,)`` normaliser. The check drives it over a sequence and
@@ -220,8 +220,8 @@ _CAPACITY_MISTAKES = {  # "you ..." -> the wrong count, from (D, Dv)
     "forced": lambda D, Dv: D * Dv,
     "counted the state and the normaliser: D·Dv + D numbers, but what limits recall is how many independent keys R^D "
     "has, D": lambda D, Dv: D * Dv + D,
-    "took min(D, Dv): the value width does not limit the number of pairs (one column of S per value dimension is solved "
-    "independently); the key width does": lambda D, Dv: min(D, Dv),
+    "took min(D, Dv): the value width does not limit the number of pairs (one column of S per value dimension is "
+    "solved independently); the key width does": lambda D, Dv: min(D, Dv),
     "counted the value width: a value of any width Dv is stored along its key's direction; the number of independent "
     "key directions, D, is the limit": lambda D, Dv: Dv,
 }
