@@ -64,11 +64,27 @@ from attnlab import (
     tiled_attention_backward,
     tiled_io_bytes,
 )
+from attnlab import (
+    RecallModels,
+    elu_feature,
+    init_recall,
+    linear_attention,
+    linear_attention_backward,
+    linear_attention_recurrent,
+    linear_attention_step,
+    recall_accuracy,
+    recall_logits,
+    recall_loss_and_grads,
+    recall_task,
+    train_recall,
+    window_attention,
+    window_decode,
+)
 from attnlab.model import sinusoidal_positions
 from attnlab.widgets import explorer
 
 # public names that take no input: a constant, and the record tiled_attention returns
-NOTHING_TO_CHECK = {"GiB", "TiledStats"}
+NOTHING_TO_CHECK = {"GiB", "TiledStats", "WindowStats"}
 
 
 def f(*shape):
@@ -443,6 +459,35 @@ CASES = [
     ("format_bytes", lambda: format_bytes(float("inf")), "n must be a non-negative number of bytes, got inf"),
     ("format_bytes", lambda: format_bytes("4096"), "n must be a non-negative number of bytes, got '4096'"),
     ("format_bytes", lambda: format_bytes(True), "n must be a non-negative number of bytes, got True"),
+    # beyond quadratic attention (notebook 08)
+    ("window_attention", lambda: window_attention(f(1, 4, 2), f(1, 4, 2), f(1, 4, 2), 0), "window must be >= 1, got 0"),
+    ("window_attention", lambda: window_attention(f(1, 4, 2), f(1, 4, 2), f(1, 4, 2), 2, Br=0),
+     "Br must be >= 1, got 0"),
+    ("window_decode", lambda: window_decode(f(1, 4, 2), f(1, 3, 2), f(1, 3, 2), 2),
+     "window_decode takes one key per query: expected S == T=4, got S=3"),
+    ("window_decode", lambda: window_decode(f(1, 4, 2), f(1, 4, 2), f(1, 4, 2), 2, sinks=-1),
+     "sinks must be >= 0, got -1"),
+    ("elu_feature", lambda: elu_feature(i(3)), "x must be a floating-point array (float16/32/64), got dtype int64"),
+    ("linear_attention", lambda: linear_attention(f(1, 4, 2), f(1, 4, 3), f(1, 4, 2)), "k has D=3 but q has D=2"),
+    ("linear_attention_backward", lambda: linear_attention_backward(f(1, 4, 2), f(1, 4, 2), f(1, 4, 2), f(1, 4, 3)),
+     "dout must have shape (1, 4, 2) (the output's shape), got (1, 4, 3)"),
+    ("linear_attention_recurrent", lambda: linear_attention_recurrent(f(1, 4, 2), f(1, 3, 2), f(1, 3, 2)),
+     "the recurrent form takes one key per query: expected S == T=4, got S=3"),
+    ("linear_attention_step", lambda: linear_attention_step(f(1, 2, 3), f(1, 3), f(1, 2), f(1, 2), f(1, 3)),
+     "z must have shape (1, 2) for a state of shape (1, 2, 3), got (1, 3)"),
+    ("recall_task", lambda: recall_task(2, 5, 4, 3), "pairs must be <= n_keys (the keys of a sequence are distinct), "
+     "got pairs=5 > n_keys=4"),
+    ("init_recall", lambda: init_recall("cosine", 4, 3), "kind must be one of ('softmax', 'linear'), got 'cosine'"),
+    ("RecallModels", lambda: RecallModels({}, "linear"), "params must be a dict with the keys"),
+    ("recall_logits", lambda: recall_logits(init_recall("linear", 4, 3), f(1, 2), i(1, 2), i(1, 2)),
+     "keys must be an integer array of ids, got dtype float64"),
+    ("recall_accuracy", lambda: recall_accuracy(init_recall("linear", 4, 3, seeds=(0, 1)), i(3, 1, 2), i(3, 1, 2),
+                                                i(3, 1, 2), i(3, 1, 2)),
+     "keys must have shape (B, P) or (N=2, B, P), got (3, 1, 2)"),
+    ("recall_loss_and_grads", lambda: recall_loss_and_grads(init_recall("linear", 4, 3), i(1, 2), i(1, 2), i(1, 2),
+                                                            i(1, 3)),
+     "targets must have the shape of queries (1, 1, 2), got (1, 1, 3)"),
+    ("train_recall", lambda: train_recall(init_recall("linear", 4, 3), 2, 0), "steps must be >= 1, got 0"),
     # plots and explorers (not in attnlab.__all__, but public in their modules)
     ("plot.heatmap", lambda: plot.heatmap(f(2, 3, 4)), "heatmap needs a 2-D matrix, got shape (2, 3, 4)"),
     ("plot.mask_heatmap", lambda: plot.mask_heatmap(f(3, 3)),

@@ -48,6 +48,13 @@ from .heads import (
     project_qkv,
     split_heads,
 )
+from .linear import (
+    elu_feature,
+    linear_attention,
+    linear_attention_backward,
+    linear_attention_recurrent,
+    linear_attention_step,
+)
 from .masks import causal_mask, combine_masks, document_mask, padding_mask, position_ids, sliding_window_mask
 from .model import (
     Adam,
@@ -65,7 +72,17 @@ from .model import (
 )
 from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .position import rope
+from .recall import (
+    RecallModels,
+    init_recall,
+    recall_accuracy,
+    recall_logits,
+    recall_loss_and_grads,
+    recall_task,
+    train_recall,
+)
 from .softmax import softmax
+from .window import WindowStats, window_attention, window_decode
 
 __version__ = "0.1.0"
 
@@ -81,6 +98,10 @@ __all__ = [
     "sliding_window_mask", "softmax", "sram_block_sizes",
     "softmax_backward", "split_heads", "tiled_attention", "tiled_attention_backward", "tiled_io_bytes", "train",
     "train_many",
+    # notebook 08: beyond quadratic attention
+    "RecallModels", "WindowStats", "elu_feature", "init_recall", "linear_attention", "linear_attention_backward",
+    "linear_attention_recurrent", "linear_attention_step", "recall_accuracy", "recall_logits", "recall_loss_and_grads",
+    "recall_task", "train_recall", "window_attention", "window_decode",
 ]
 
 

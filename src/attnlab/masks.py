@@ -49,8 +49,9 @@ def causal_mask(T: int, S: int | None = None) -> np.ndarray:
     return j <= i
 
 
-def sliding_window_mask(T: int, S: int | None = None, window: int = 1) -> np.ndarray:
-    """Causal attention to the last ``window`` positions only: ``i - window < j <= i``.
+def sliding_window_mask(T: int, S: int | None = None, window: int = 1, *, sinks: int = 0) -> np.ndarray:
+    """Causal attention to the last ``window`` positions only: ``i - window < j <= i``; with ``sinks > 0`` also to the
+    first ``sinks`` positions (``j < sinks``, attention sinks kept for good).
 
     Returns
     -------
@@ -63,12 +64,18 @@ def sliding_window_mask(T: int, S: int | None = None, window: int = 1) -> np.nda
            [1, 1, 0, 0],
            [0, 1, 1, 0],
            [0, 0, 1, 1]])
+    >>> sliding_window_mask(4, window=2, sinks=1).astype(int)
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0],
+           [1, 1, 1, 0],
+           [1, 0, 1, 1]])
     """
     T = positive_int(T, "T")
     S = T if S is None else positive_int(S, "S")
     window = positive_int(window, "window")
+    sinks = positive_int(sinks, "sinks", allow_zero=True)
     i, j = _positions(T, S)
-    return (j <= i) & (j > i - window)
+    return (j <= i) & ((j > i - window) | (j < sinks))
 
 
 def _lengths(lengths, S: int) -> np.ndarray:
