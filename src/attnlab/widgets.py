@@ -119,6 +119,15 @@ def _rgba_png(buffer) -> bytes:
     return out.getvalue()
 
 
+def _recompressed(png: bytes) -> str:
+    """A PNG re-encoded at the usual compression, base64: the live pictures are compressed fast, not small."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(png)).save(out, format="png")
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
 class Explorer:
     """The object :func:`explorer` returns; display it (last line of a cell) to show it.
 
@@ -132,7 +141,7 @@ class Explorer:
         self.live = "view" in inspect.signature(draw).parameters and "view" not in controls
         self.view = View()  # what a live `draw` keeps between the widget's calls
         self._canvas = _LiveCanvas()
-        self._held, self._last = False, None
+        self._held, self._last, self._last_values = False, None, None
         try:
             import ipywidgets
         except ImportError:
@@ -176,6 +185,7 @@ class Explorer:
         # rendered here rather than by IPython: one draw (no tight-bbox pass), partial when the figure persists
         canvas = self._canvas if self.live else _LiveCanvas()
         self._last = Image(data=canvas.png(result), format="png")
+        self._last_values = dict(values)
         display(self._last)
 
     @contextlib.contextmanager
@@ -198,7 +208,11 @@ class Explorer:
             controls[name].value = value
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        static = _static_bundle(self._call(self.defaults, View()))  # a figure of its own
+        if self._last is not None and self._last_values == self.defaults:  # the widget already drew the defaults:
+            static = {"image/png": _recompressed(self._last.data),            # that picture, not a second drawing
+                      "text/plain": "<attnlab explorer: static view>"}
+        else:
+            static = _static_bundle(self._call(self.defaults, View()))  # a figure of its own
         if self.widget is None:
             static["text/plain"] = "(static view: install ipywidgets to make this explorer interactive)"
             return static
@@ -235,7 +249,8 @@ def explorer(draw, /, **controls) -> Explorer:
     A ``draw`` with an argument named ``view`` keeps its figure between calls (see the module docstring): it gets the
     same :class:`View` every time, builds ``view.fig`` when it is ``None`` and afterwards only updates the artists;
     those made with ``animated=True`` are redrawn over a cached picture of the rest, which makes a step several times
-    faster. The static picture (GitHub, nbval) comes from a call with a fresh view, and shows every artist.
+    faster. The static picture (GitHub, nbval) is the widget's first picture when it shows the defaults, else it comes
+    from a call with a fresh view; either way it shows every artist.
 
     Examples
     --------
