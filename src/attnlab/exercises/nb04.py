@@ -169,8 +169,11 @@ def _ceil_blocks(lengths: np.ndarray, block_size: int) -> np.ndarray:
 
 
 # The positions each policy holds for the batch, right and in the classic wrong ways (name -> positions, given the case).
+_RIGHT = {
+    "preallocated": lambda c: len(c["lengths"]) * c["max_len"],
+    "paged": lambda c: c["block_size"] * int(_ceil_blocks(c["lengths"], c["block_size"]).sum()),
+}
 _RESERVED = {
-    "right": lambda c: len(c["lengths"]) * c["max_len"],
     "sized every sequence by the longest one, max(lengths); a preallocated cache reserves max_len positions for "
     "every sequence, whatever its length": lambda c: len(c["lengths"]) * int(c["lengths"].max()),
     "counted the positions stored, sum(lengths); a preallocated cache reserves max_len positions for every sequence, "
@@ -178,7 +181,6 @@ _RESERVED = {
     "reserved max_len positions once for the whole batch; every sequence has its own": lambda c: c["max_len"],
 }
 _PAGED = {
-    "right": lambda c: c["block_size"] * int(_ceil_blocks(c["lengths"], c["block_size"]).sum()),
     "counted the positions stored, sum(lengths); a paged cache holds whole blocks, so every sequence is rounded UP "
     "to a multiple of block_size": lambda c: int(c["lengths"].sum()),
     "rounded each sequence DOWN to whole blocks (lengths // block_size); its last, partly filled block is "
@@ -208,17 +210,17 @@ def _per_position(c: dict) -> int:
 
 
 def _explanations(c: dict, part: str) -> dict[tuple[str, ...], float]:
-    """Every value ``part`` ("preallocated" or "paged") takes under a policy mistake and up to two per-position
-    mistakes: (names of the mistakes, "right" left out) -> bytes."""
+    """Every value ``part`` ("preallocated" or "paged") takes under no or one policy mistake and up to two
+    per-position mistakes: (names of the mistakes; () for the right answer) -> bytes."""
     table = _RESERVED if part == "preallocated" else _PAGED
     found = {}
-    for policy, positions in table.items():
+    for policy, positions in ((None, _RIGHT[part]), *table.items()):
         for n in (0, 1, 2):
             for combo in itertools.combinations(_CACHE_MISTAKES, n):
                 if any(set(pair) <= set(combo) for pair in _CANCELLING):
                     continue
                 factor = np.prod([_CACHE_MISTAKES[m](c) for m in combo])
-                names = (*(() if policy == "right" else (policy,)), *combo)
+                names = (*(() if policy is None else (policy,)), *combo)
                 found[names] = positions(c) * _per_position(c) * factor
     if part == "paged":
         found[(_BLOCKS_ONLY,)] = float(_ceil_blocks(c["lengths"], c["block_size"]).sum())
