@@ -214,6 +214,8 @@ def _classic_mistakes():
         ("3.3", t3._scaled(lambda q, k, H: 1 / np.sqrt(q.shape[-1])), "√d_model"),
         ("4.1", lambda q, k, v: t4.gqa(q, k, v, kv_layout="tile"), "np.tile"),
         ("4.1", lambda q, k, v: t4.gqa(q, k, v, after_softmax=True), "after the softmax"),
+        ("4.2", t4.with_mistake(blocks=lambda lengths, bs: lengths // bs), "DOWN"),
+        ("4.2", t4.with_mistake(reserved=lambda lengths, max_len: len(lengths) * lengths.max()), "longest"),
         ("6.1", lambda x, b: t6.lse(x, b, rescale=False), "did you forget to rescale l"),
         ("6.2", lambda *args: t6.causal_tiled(*args, rescale_acc=False), "did you forget to rescale acc"),
         ("6.3", lambda a, b: t6.merge_states(a, b, average=True), "averaging the two outputs"),
@@ -223,7 +225,7 @@ def _classic_mistakes():
 @pytest.mark.parametrize("exercise_id, wrong, phrase", _classic_mistakes())
 def test_a_classic_mistake_in_float32_keeps_its_diagnosis(exercise_id, wrong, phrase):
     with pytest.raises(ExerciseFailed) as info:
-        check(exercise_id, lambda *args: _convert(wrong(*args), _float32))
+        check(exercise_id, lambda *args, **kwargs: _counts_too(_convert(wrong(*args, **kwargs), _float32)))
     assert phrase in str(info.value)
 
 

@@ -1,5 +1,7 @@
 """The checkers of notebook 04 accept the reference solutions and name each classic mistake."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -149,49 +151,114 @@ def test_gqa_other_error_names_the_wrong_heads():
     expect_failure("4.1", off, "query heads [1]")
 
 
-# ------------------------------------------------------------------------------------------------- 4.2 cache size
+# ------------------------------------------------------------------------------------------------- 4.2 cache memory
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8}
 
 
-def cache_size(S, *, layers, H, Hkv, D, dtype="bf16"):
-    return 2 * layers * Hkv * D * S * BYTES[dtype]
+def cache_memory(lengths, *, max_len, block_size, layers, H, Hkv, D, dtype="bf16", per_position=None,
+                 reserved=None, blocks=None, paged_in_blocks=False):
+    """The right answer, or one with a classic mistake put in: ``per_position`` (bytes of one position), ``reserved``
+    (positions of the preallocated cache), ``blocks`` (blocks of each sequence)."""
+    lengths = np.asarray(lengths)
+    position = 2 * layers * Hkv * D * BYTES[dtype] if per_position is None else per_position(
+        layers=layers, H=H, Hkv=Hkv, D=D, dtype=dtype)
+    n_reserved = len(lengths) * max_len if reserved is None else reserved(lengths, max_len)
+    n_blocks = -(-lengths // block_size) if blocks is None else blocks(lengths, block_size)
+    paged = np.sum(n_blocks) if paged_in_blocks else np.sum(n_blocks) * block_size * position
+    return n_reserved * position, paged
 
 
-def test_cache_size_reference_passes(capsys):
-    check("4.2", cache_size)
+def cache_memory_by_loop(lengths, *, max_len, block_size, layers, H, Hkv, D, dtype="bf16"):  # another right way
+    per_position = 2 * layers * Hkv * D * BYTES[dtype]
+    pre = paged = 0
+    for n in lengths:
+        pre += max_len * per_position
+        paged += math.ceil(n / block_size) * block_size * per_position
+    return pre, float(paged)
+
+
+def with_mistake(**mistake):
+    return lambda lengths, **kw: cache_memory(lengths, **kw, **mistake)
+
+
+@pytest.mark.parametrize("solution", [cache_memory, cache_memory_by_loop])
+def test_cache_memory_reference_passes(solution, capsys):
+    check("4.2", solution)
     assert capsys.readouterr().out == "Exercise 4.2: passed\n"
 
 
+PER_POSITION = {
+    "no two": lambda layers, H, Hkv, D, dtype: layers * Hkv * D * BYTES[dtype],
+    "bits": lambda layers, H, Hkv, D, dtype: 2 * layers * Hkv * D * BITS[dtype],
+    "over 8": lambda layers, H, Hkv, D, dtype: 2 * layers * Hkv * D * BYTES[dtype] / 8,
+    "H": lambda layers, H, Hkv, D, dtype: 2 * layers * H * D * BYTES[dtype],
+    "no layers": lambda layers, H, Hkv, D, dtype: 2 * Hkv * D * BYTES[dtype],
+    "GiB": lambda layers, H, Hkv, D, dtype: 2 * layers * Hkv * D * BYTES[dtype] / 2**30,
+    "no two, bits": lambda layers, H, Hkv, D, dtype: layers * Hkv * D * BITS[dtype],
+}
+
+
+@pytest.mark.parametrize("secret", [None, 1, 2, 3])
 @pytest.mark.parametrize(
-    "wrong, phrases",
+    "mistake, phrases",
     [
-        (lambda S, *, layers, H, Hkv, D, dtype: layers * Hkv * D * S * BYTES[dtype], ["factor 2", "keys AND values"]),
-        (lambda S, *, layers, H, Hkv, D, dtype: 2 * layers * Hkv * D * S * BITS[dtype], ["bits", "bytes"]),
-        (lambda S, *, layers, H, Hkv, D, dtype: 2 * layers * Hkv * D * S * BYTES[dtype] / 8, ["divided by 8"]),
-        (lambda S, *, layers, H, Hkv, D, dtype: 2 * layers * H * D * S * BYTES[dtype], ["query heads H", "Hkv"]),
-        (lambda S, *, layers, H, Hkv, D, dtype: 2 * Hkv * D * S * BYTES[dtype], ["layers"]),
-        (lambda S, *, layers, H, Hkv, D, dtype: 2 * layers * Hkv * D * S * BYTES[dtype] / 2**30, ["GiB"]),
-        (lambda S, *, layers, H, Hkv, D, dtype: layers * Hkv * D * S * BITS[dtype], ["factor 2", "bits"]),
+        (dict(per_position=PER_POSITION["no two"]), ["factor 2", "keys AND values"]),
+        (dict(per_position=PER_POSITION["bits"]), ["bits", "bytes"]),
+        (dict(per_position=PER_POSITION["over 8"]), ["divided by 8"]),
+        (dict(per_position=PER_POSITION["H"]), ["query heads H", "Hkv"]),
+        (dict(per_position=PER_POSITION["no layers"]), ["layers"]),
+        (dict(per_position=PER_POSITION["GiB"]), ["GiB"]),
+        (dict(per_position=PER_POSITION["no two, bits"]), ["factor 2", "bits"]),
+        (dict(reserved=lambda lengths, max_len: len(lengths) * lengths.max()), ["preallocated is wrong", "longest"]),
+        (dict(reserved=lambda lengths, max_len: lengths.sum()), ["preallocated is wrong", "used or not"]),
+        (dict(reserved=lambda lengths, max_len: max_len), ["preallocated is wrong", "once for the whole batch"]),
+        (dict(blocks=lambda lengths, bs: lengths / bs), ["paged is wrong", "rounded UP"]),
+        (dict(blocks=lambda lengths, bs: lengths // bs), ["paged is wrong", "DOWN"]),
+        (dict(blocks=lambda lengths, bs: lengths // bs + 1), ["paged is wrong", "one too many"]),
+        (dict(blocks=lambda lengths, bs: -(-lengths.sum() // bs)), ["paged is wrong", "never shared"]),
+        (dict(paged_in_blocks=True), ["paged is wrong", "number of blocks, not bytes"]),
+        (dict(blocks=lambda lengths, bs: lengths // bs, per_position=PER_POSITION["H"]),
+         ["preallocated and paged are wrong", "preallocated: you used the query heads H", "paged: you rounded each "
+          "sequence DOWN", "blocks; and you used the query heads H"]),
     ],
 )
-def test_cache_size_mistakes_are_named(wrong, phrases):
-    expect_failure("4.2", wrong, *phrases)
+def test_cache_memory_mistakes_are_named(mistake, phrases, secret, monkeypatch):
+    """Each classic mistake earns its own message, under the self-check's seed and under grading seeds."""
+    from attnlab import exercises
+
+    monkeypatch.setattr(exercises, "_SECRET", secret)
+    expect_failure("4.2", with_mistake(**mistake), *phrases)
 
 
-def test_cache_size_bits_and_missing_two_is_not_mistaken_for_query_heads():
-    msg = expect_failure("4.2", lambda S, *, layers, H, Hkv, D, dtype: layers * Hkv * D * S * BITS[dtype], "factor 2")
-    assert "query heads" not in msg
+def test_cache_memory_swapped_pair_is_diagnosed():
+    expect_failure("4.2", lambda lengths, **kw: cache_memory(lengths, **kw)[::-1], "wrong order")
 
 
-def test_cache_size_unexplained_error_gives_the_formula():
-    expect_failure("4.2", lambda S, *, layers, H, Hkv, D, dtype: 3 * layers * Hkv * D * S * BYTES[dtype] + 1,
-                   "2 (K and V) x layers x Hkv x D x S")
+def test_cache_memory_unexplained_error_gives_the_formula():
+    expect_failure("4.2", lambda lengths, **kw: (cache_memory(lengths, **kw)[0], 3 * cache_memory(lengths, **kw)[1] + 1),
+                   "paged is wrong", "2 (K and V) x layers x Hkv x D")
 
 
-def test_cache_size_non_number_is_rejected():
-    expect_failure("4.2", lambda S, *, layers, H, Hkv, D, dtype: "1 GiB", "number of bytes")
+def test_cache_memory_wrong_returns_are_rejected():
+    expect_failure("4.2", lambda lengths, **kw: cache_memory(lengths, **kw)[1], "must return two numbers")
+    expect_failure("4.2", lambda lengths, **kw: ("1 GiB", 2), "number of bytes")
+    expect_failure("4.2", lambda lengths, **kw: None, "returned None")
+
+
+def test_cache_memory_draws_every_case_from_the_seed(monkeypatch):
+    from attnlab import exercises
+    from attnlab.exercises import nb04
+
+    monkeypatch.setattr(exercises, "_SECRET", None)
+    mine = nb04._memory_cases()
+    monkeypatch.setattr(exercises, "_SECRET", 12345)
+    graded = nb04._memory_cases()
+    assert all(not np.array_equal(a["lengths"], b["lengths"]) for a, b in zip(mine, graded))
+    for c in mine + graded:  # every case has a length on a block boundary and one off it, and max_len holds them
+        assert (c["lengths"] % c["block_size"] == 0).any() and (c["lengths"] % c["block_size"] != 0).any()
+        assert c["lengths"].max() <= c["max_len"]
 
 
 # ------------------------------------------------------------------------------------------------- 4.3 split QKV
@@ -271,6 +338,20 @@ def test_split_qkv_positive_axes_fail_on_a_batch():
     expect_failure("4.3", positive_axes, "batch axes")
 
 
+def test_split_qkv_swapaxes_0_1_on_a_batch_names_the_axes():
+    def first_axes(x, H, Hkv):  # section 1's .swapaxes(0, 1), right without batch axes only
+        return split_qkv(x, H, Hkv, how=lambda b, n: b.reshape(*b.shape[:-1], n, b.shape[-1] // n).swapaxes(0, 1))
+
+    expect_failure("4.3", first_axes, "count the axes from the end", "swapaxes(-3, -2)")
+
+
+def test_split_qkv_split_in_three_equal_parts_gets_context():
+    def thirds(x, H, Hkv):
+        return tuple(heads(b, n) for b, n in zip(np.split(x, 3, axis=-1), (H, Hkv, Hkv)))
+
+    expect_failure("4.3", thirds, "raised ValueError", "np.split(qkv, 3)", "[H*D, (H + Hkv)*D]")
+
+
 def test_split_qkv_wrong_return_is_diagnosed():
     expect_failure("4.3", lambda x, H, Hkv: split_qkv(x, H, Hkv)[0], "three arrays")
     expect_failure("4.3", lambda x, H, Hkv: None, "return")
@@ -284,5 +365,5 @@ def test_every_exercise_of_notebook_04_forbids_the_functions_it_asks_for():
     from attnlab.exercises import forbidden
 
     assert {"attnlab.attention", "attnlab.repeat_kv", "attnlab.causal_mask"} <= set(forbidden("4.1"))
-    assert forbidden("4.2") == ("attnlab.kv_cache_bytes",)
+    assert forbidden("4.2") == ("attnlab.kv_cache_bytes",)  # the one-sequence formula it builds on
     assert "attnlab.split_heads" in forbidden("4.3")

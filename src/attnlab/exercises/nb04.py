@@ -2,11 +2,12 @@
 
 4.1  ``gqa_chunk_attention(q, k, v)``: causal grouped-query attention for the ``T`` newest tokens against ``S`` cached
      positions, ``q (H, T, D)``, ``k, v (Hkv, S, D)`` -> ``(H, T, D)``.
-4.2  ``kv_cache_size(S, *, layers, H, Hkv, D, dtype)``: bytes of the KV cache of one sequence.
+4.2  ``cache_memory(lengths, *, max_len, block_size, layers, H, Hkv, D, dtype)``: the bytes of KV cache that a batch
+     of sequences holds in a preallocated cache and in a paged one, as a pair.
 4.3  ``split_qkv(qkv, H, Hkv)``: a fused projection ``(..., T, (H + 2 Hkv) D)`` -> ``q (..., H, T, D)``,
      ``k, v (..., Hkv, T, D)``.
 
-Each checker calls the learner's function on inputs drawn from :func:`seeded` (4.2: fixed cases and one drawn; 4.3:
+Each checker calls the learner's function on inputs drawn from :func:`seeded` (4.2: every size and length drawn; 4.3:
 sizes and values drawn), compares with ``attnlab``'s reference and, when they differ, tries the classic mistakes one by
 one so that the message can name the one that was made.
 """
@@ -151,7 +152,7 @@ def _diagnose_chunk(got, q, k, v, mask, setup, G, Hkv, H, T, S, D, d_model) -> N
 
 # ---------------------------------------------------------------------------------------------------------- 4.2
 
-# The classic mistakes as factors by which they multiply the right answer, given the case.
+# The classic mistakes in the bytes one position takes, as factors of the right per-position bytes, given the case.
 _CACHE_MISTAKES = {
     "forgot the factor 2 (the cache holds keys AND values)": lambda c: 0.5,
     "used bits per element where bytes are needed (BF16 is 16 bits but 2 bytes)": lambda c: 8.0,
@@ -163,61 +164,180 @@ _CACHE_MISTAKES = {
 }
 
 
-def _diagnose_cache(cases: list[dict], ratios: list[float]) -> list[str] | None:
-    """The smallest set of classic mistakes whose factors explain ``got / expected`` in every case, or None."""
-    names = list(_CACHE_MISTAKES)
-    for n in (1, 2, 3):
-        for combo in itertools.combinations(names, n):
-            predicted = [np.prod([_CACHE_MISTAKES[m](c) for m in combo]) for c in cases]
-            # a mistake that changes nothing in these cases (H == Hkv, one layer) cannot be told apart: skip it
-            if any(all(np.isclose(_CACHE_MISTAKES[m](c), 1.0) for c in cases) for m in combo):
-                continue
-            if all(np.isclose(r, p, rtol=1e-9) for r, p in zip(ratios, predicted)):
-                return list(combo)
-    return None
+def _ceil_blocks(lengths: np.ndarray, block_size: int) -> np.ndarray:
+    return -(-lengths // block_size)  # ceil(length / block_size), per sequence
+
+
+# The positions each policy holds for the batch, right and in the classic wrong ways (name -> positions, given the case).
+_RIGHT = {
+    "preallocated": lambda c: len(c["lengths"]) * c["max_len"],
+    "paged": lambda c: c["block_size"] * int(_ceil_blocks(c["lengths"], c["block_size"]).sum()),
+}
+_RESERVED = {
+    "sized every sequence by the longest one, max(lengths); a preallocated cache reserves max_len positions for "
+    "every sequence, whatever its length": lambda c: len(c["lengths"]) * int(c["lengths"].max()),
+    "counted the positions stored, sum(lengths); a preallocated cache reserves max_len positions for every sequence, "
+    "used or not": lambda c: int(c["lengths"].sum()),
+    "reserved max_len positions once for the whole batch; every sequence has its own": lambda c: c["max_len"],
+}
+_PAGED = {
+    "counted the positions stored, sum(lengths); a paged cache holds whole blocks, so every sequence is rounded UP "
+    "to a multiple of block_size": lambda c: int(c["lengths"].sum()),
+    "rounded each sequence DOWN to whole blocks (lengths // block_size); its last, partly filled block is "
+    "allocated too: ceil(length / block_size) blocks": lambda c: c["block_size"] * int(
+        (c["lengths"] // c["block_size"]).sum()),
+    "counted lengths // block_size + 1 blocks, one too many when a length is a multiple of block_size; use "
+    "ceil(length / block_size), e.g. -(-length // block_size)": lambda c: c["block_size"] * int(
+        (c["lengths"] // c["block_size"] + 1).sum()),
+    "rounded the batch's total up to whole blocks once; blocks are never shared between sequences, so round every "
+    "sequence up on its own": lambda c: c["block_size"] * int(-(-int(c["lengths"].sum()) // c["block_size"])),
+}
+_BLOCKS_ONLY = ("returned the number of blocks, not bytes; each block holds block_size positions of "
+                "2 x layers x Hkv x D x bytes per element")
+
+
+# Pairs of mistakes that no one makes together (and that would cancel or be told apart by nothing).
+_CANCELLING = (
+    ("used bits per element where bytes are needed (BF16 is 16 bits but 2 bytes)",
+     "divided by 8 once too often (the sizes are already in bytes)"),
+    ("returned GiB (2**30 bytes) instead of bytes", "returned GB (10**9 bytes) instead of bytes"),
+)
+
+
+def _per_position(c: dict) -> int:
+    """Bytes of one cached position: keys and values of every layer and key/value head."""
+    return kv_cache_bytes(1, layers=c["layers"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])
+
+
+def _explanations(c: dict, part: str) -> dict[tuple[str, ...], float]:
+    """Every value ``part`` ("preallocated" or "paged") takes under no or one policy mistake and up to two
+    per-position mistakes: (names of the mistakes; () for the right answer) -> bytes."""
+    table = _RESERVED if part == "preallocated" else _PAGED
+    found = {}
+    for policy, positions in ((None, _RIGHT[part]), *table.items()):
+        for n in (0, 1, 2):
+            for combo in itertools.combinations(_CACHE_MISTAKES, n):
+                if any(set(pair) <= set(combo) for pair in _CANCELLING):
+                    continue
+                factor = np.prod([_CACHE_MISTAKES[m](c) for m in combo])
+                names = (*(() if policy is None else (policy,)), *combo)
+                found[names] = positions(c) * _per_position(c) * factor
+    if part == "paged":
+        found[(_BLOCKS_ONLY,)] = float(_ceil_blocks(c["lengths"], c["block_size"]).sum())
+    return found
+
+
+def _distinct(cases: list[dict]) -> bool:
+    """No two explanations of a part give the same bytes (within 0.1%) in every case, so each mistake can be named."""
+    for part in ("preallocated", "paged"):
+        tables = [_explanations(c, part) for c in cases]
+        vectors = np.array([[t[names] for t in tables] for names in tables[0]])  # (explanations, cases)
+        same = np.all(np.isclose(vectors[:, None], vectors[None, :], rtol=1e-3, atol=0.0), axis=-1)  # (n, n)
+        if np.count_nonzero(same) > len(vectors):  # more than each explanation with itself
+            return False
+    return True
+
+
+def _memory_cases() -> list[dict]:
+    """Three batches, every size and length drawn from :func:`seeded`, so that no table of answers works. Each batch
+    has a length that is a multiple of block_size and lengths that are not, and the draws are kept only if every
+    classic mistake gives a different answer."""
+    rng = seeded(42)
+    while True:
+        cases = []
+        for _ in range(3):
+            block_size = int(rng.choice([8, 16, 32]))
+            B = int(rng.integers(3, 7))
+            lengths = rng.integers(1, 40 * block_size, size=B)
+            lengths[rng.integers(B)] = block_size * int(rng.integers(1, 40))  # a length on a block boundary
+            H = int(rng.choice([8, 16, 32, 64]))
+            cases.append(dict(lengths=lengths.astype(np.int64), max_len=int(rng.choice([2048, 4096, 8192])),
+                              block_size=block_size, layers=int(rng.integers(2, 41)), H=H,
+                              Hkv=H // int(rng.choice([1, 2, 4, 8])), D=int(rng.choice([64, 128])),
+                              dtype=str(rng.choice(["bf16", "fp16", "fp32", "fp8"]))))
+        if all((c["lengths"] % c["block_size"]).any() for c in cases) and _distinct(cases):
+            return cases
+
+
+def _memory_call(c: dict) -> str:
+    return ("cache_memory({lengths}, max_len={max_len}, block_size={block_size}, layers={layers}, H={H}, "
+            "Hkv={Hkv}, D={D}, dtype={dtype!r})").format(**{**c, "lengths": np.array2string(c["lengths"],
+                                                                                           separator=", ")})
+
+
+def _as_count(g, call: str, expected: int, part: str) -> tuple[float, float]:
+    """The learner's number of bytes as a float, and the relative tolerance its precision earns."""
+    rtol = 1e-12
+    if isinstance(g, (np.ndarray, np.generic)) and g.size == 1:
+        rtol = max(rtol, tolerances(g, 1e-12, 0.0)[0])  # a count given as float32: judged within float32 error
+        g = g.item()
+    if g is None or isinstance(g, bool) or not isinstance(g, numbers.Real):
+        fail(f"{call}: {part} must be a number of bytes", f"{expected:,}", f"{g!r} ({type(g).__name__})")
+    return float(g), rtol
 
 
 @exercise("4.2", forbids=("attnlab.kv_cache_bytes",))
-def check_kv_cache_size(kv_cache_size) -> None:
-    cases = [
-        dict(S=8192, layers=32, H=32, Hkv=8, D=128, dtype="bf16"),
-        dict(S=1000, layers=2, H=8, Hkv=2, D=64, dtype="fp32"),
-        dict(S=4096, layers=3, H=4, Hkv=1, D=16, dtype="fp8"),
-        dict(S=100, layers=5, H=6, Hkv=3, D=10, dtype="fp16"),
-    ]
-    rng = seeded(42)  # and one drawn per grading, so that no table of answers works
-    H = int(rng.choice([8, 16, 32]))
-    cases.append(dict(S=int(rng.integers(100, 10_000)), layers=int(rng.integers(1, 41)), H=H,
-                      Hkv=H // int(rng.choice([1, 2, 4, 8])), D=int(rng.choice([64, 128])),
-                      dtype=str(rng.choice(["bf16", "fp16", "fp32", "fp8"]))))
-    expected, got, rtol = [], [], 1e-12
+def check_cache_memory(cache_memory) -> None:
+    cases = _memory_cases()
+    answers = {"preallocated": [], "paged": []}  # part -> [(bytes, rtol)], one per case
     for c in cases:
-        e = kv_cache_bytes(c["S"], layers=c["layers"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])
-        g = kv_cache_size(c["S"], layers=c["layers"], H=c["H"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])
-        call = "kv_cache_size({S}, layers={layers}, H={H}, Hkv={Hkv}, D={D}, dtype={dtype!r})".format(**c)
-        if g is None:
-            fail(f"{call} returned None", f"{e:,} bytes", "None", "did you forget the `return` statement?")
-        if isinstance(g, (np.ndarray, np.generic)) and g.size == 1:
-            rtol = max(rtol, tolerances(g, 1e-12, 0.0)[0])  # a count given as float32: judged within float32 error
-            g = g.item()
-        if isinstance(g, bool) or not isinstance(g, numbers.Real):
-            fail(f"{call} must return a number of bytes", f"{e:,}", f"{g!r} ({type(g).__name__})")
-        expected.append(e)
-        got.append(float(g))
-    ratios = [g / e for g, e in zip(got, expected)]
-    if all(np.isclose(r, 1.0, rtol=rtol) for r in ratios):
-        return
-    i = next(i for i, r in enumerate(ratios) if not np.isclose(r, 1.0, rtol=rtol))
-    c = cases[i]
-    call = "kv_cache_size({S}, layers={layers}, H={H}, Hkv={Hkv}, D={D}, dtype={dtype!r})".format(**c)
-    mistakes = _diagnose_cache(cases, ratios)
-    if mistakes:
-        hint = "you " + "; and you ".join(mistakes) + "."
-    else:
-        hint = (f"your answer is {ratios[i]:.4g} times the right one. Bytes = 2 (K and V) x layers x Hkv x D x S "
-                f"x bytes per element ({BYTES_PER_ELEMENT[c['dtype']]} for {c['dtype']}).")
-    shown = f"{got[i]:,.0f} bytes" if got[i] == round(got[i]) else f"{got[i]:.6g}"
-    fail(f"{call} is wrong", f"{expected[i]:,.0f} bytes", shown, hint)
+        expected = {part: _explanations(c, part)[()] for part in answers}
+        call = _memory_call(c)
+        got = cache_memory(c["lengths"].copy(), max_len=c["max_len"], block_size=c["block_size"],
+                           layers=c["layers"], H=c["H"], Hkv=c["Hkv"], D=c["D"], dtype=c["dtype"])
+        want = f"(preallocated, paged) = ({expected['preallocated']:,.0f}, {expected['paged']:,.0f}) bytes"
+        if got is None:
+            fail(f"{call} returned None", want, "None", "did you forget the `return` statement?")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            fail(f"{call} must return two numbers", want,
+                 f"{type(got).__name__}" + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""),
+                 "return preallocated, paged")
+        (pre, pre_rtol), (paged, paged_rtol) = (_as_count(g, call, expected[part], part)
+                                                for part, g in zip(answers, got))
+        if (not np.isclose(pre, expected["preallocated"], rtol=pre_rtol, atol=0)
+                and np.isclose(pre, expected["paged"], rtol=pre_rtol, atol=0)
+                and np.isclose(paged, expected["preallocated"], rtol=paged_rtol, atol=0)):
+            fail(f"{call} returned the two sizes in the wrong order", want,
+                 f"({pre:,.0f}, {paged:,.0f})", "return (preallocated, paged): the preallocated cache first.")
+        answers["preallocated"].append((pre, pre_rtol))
+        answers["paged"].append((paged, paged_rtol))
+    wrong = [part for part, got in answers.items()
+             if not all(np.isclose(g, _explanations(c, part)[()], rtol=rtol, atol=0) for c, (g, rtol) in zip(cases, got))]
+    if wrong:
+        found = [_diagnose_memory(part, answers[part], cases) for part in wrong]  # (case index, expected, got, hint)
+        c = cases[found[0][0]]
+        if len(found) == 1:
+            _, expected, shown, hint = found[0]
+        else:  # both wrong: show both, in the first case where the first is wrong
+            i = found[0][0]
+            expected = "(" + ", ".join(f"{_explanations(c, part)[()]:,.0f}" for part in wrong) + ") bytes"
+            shown = "(" + ", ".join(_shown(answers[part][i][0]) for part in wrong) + ") bytes"
+            hint = " ".join(f"{part}: {h}" for part, (_, _, _, h) in zip(wrong, found))
+        fail(f"{_memory_call(c)}: {' and '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} wrong", expected,
+             shown, hint)
+
+
+def _shown(g: float) -> str:
+    return f"{g:,.0f}" if g == round(g) and abs(g) >= 1 else f"{g:.6g}"
+
+
+def _diagnose_memory(part: str, got: list[tuple[float, float]], cases: list[dict]) -> tuple[int, str, str, str]:
+    """The first case where ``part`` is wrong, the right and the learner's bytes there, and a hint naming the smallest
+    set of classic mistakes that explains ``part`` in every case (the cases were drawn so that no two sets of mistakes
+    give the same answers), or giving the formula when none does."""
+    tables = [_explanations(c, part) for c in cases]
+    i = next(i for i, (table, (g, rtol)) in enumerate(zip(tables, got))
+             if not np.isclose(g, table[()], rtol=rtol, atol=0))
+    c, g, expected = cases[i], got[i][0], tables[i][()]
+    for names in sorted(tables[0], key=len):
+        if names and all(np.isclose(value, table[names], rtol=max(rtol, 1e-9), atol=0)
+                         for table, (value, rtol) in zip(tables, got)):
+            return i, f"{expected:,.0f} bytes", f"{_shown(g)} bytes", "you " + "; and you ".join(names) + "."
+    how = ("max_len positions for every sequence" if part == "preallocated"
+           else "ceil(length / block_size) blocks of block_size positions for every sequence")
+    return i, f"{expected:,.0f} bytes", f"{_shown(g)} bytes", (
+        f"your answer is {g / expected:.4g} times the right one. The {part} cache holds {how}; one position takes "
+        f"2 (K and V) x layers x Hkv x D x bytes per element ({BYTES_PER_ELEMENT[c['dtype']]} for {c['dtype']}).")
 
 
 # ---------------------------------------------------------------------------------------------------------- 4.3
@@ -257,7 +377,13 @@ def check_split_qkv(split_qkv) -> None:
         blocks = np.split(qkv, [H * D, (H + Hkv) * D], axis=-1)  # (..., T, H*D), (..., T, Hkv*D) twice
         expected = [_heads(b, n, D) for b, n in zip(blocks, (H, Hkv, Hkv))]
         setup = f"for qkv of shape {qkv.shape}, H={H}, Hkv={Hkv} (so D={D})"
-        got = split_qkv(qkv.copy(), H, Hkv)
+        try:
+            got = split_qkv(qkv.copy(), H, Hkv)
+        except ValueError as error:
+            fail(f"split_qkv raised ValueError {setup}", "a tuple (q, k, v)", f"ValueError: {error}",
+                 f"the three blocks are not equally wide when Hkv < H: the queries take H*D = {H * D} columns, the "
+                 f"keys and the values Hkv*D = {Hkv * D} each. np.split(qkv, 3) asks for three equal parts; cut at "
+                 f"the column indices [H*D, (H + Hkv)*D] instead.")
         if got is None:
             fail(f"split_qkv returned None {setup}", "a tuple (q, k, v)", "None", "did you forget the `return`?")
         if not isinstance(got, (tuple, list)) or len(got) != 3:
@@ -283,6 +409,9 @@ def _check_split_part(name, got, want, block, n, expected, setup, batch, T, H, H
                     "width holds H query heads and Hkv key and Hkv value heads.")
         elif batch and got.shape == (n, *batch, T, D):
             hint = "the head axis must go just before T, after any batch axes: use negative axes (-3, -2)."
+        elif batch and sorted(got.shape) == sorted(want.shape):
+            hint = (f"with batch axes in front, axes 0 and 1 are not (T, heads): count the axes from the end and swap "
+                    f"the head axis in front of the token axis with .swapaxes(-3, -2).")
         fail(f"split_qkv's {name} has the wrong shape {setup}", want.shape, got.shape, hint)
     if np.array_equal(got, want):
         return
