@@ -220,14 +220,13 @@ def check_query_jacobians(query_jacobians) -> None:
                       f"∂p/∂q = J @ (K / √d_k) is ({S}, {d_k}); o = Vᵀ p, so ∂o/∂q = V.T @ ∂p/∂q is ({Dv}, {d_k})")
         dp_dq, do_dq = _pair(got, call)
         want = _query_jacobians(q, K, V)
-        for name, g, w, rows in (("dp_dq", dp_dq, want[0], "weight p_j"), ("do_dq", do_dq, want[1], "output o_i")):
+        for name, g, w, rows in (("dp_dq", dp_dq, want[0], "weight p_j"),
+                                 ("do_dq", do_dq, want[1], "output o_i, and o = Vᵀ p gives V.T @ dp_dq")):
             g = _array(g, f"{call}: {name}", w.shape)
             if g.shape != w.shape:
-                flipped = g.shape == w.shape[::-1]
                 fail(f"{call}: {name} has the wrong shape", w.shape, g.shape,
-                     hint=(f"one row per {rows} and one column per component q_a: the transpose of yours"
-                           if flipped else f"one row per {rows} and one column per component q_a of the query")
-                     + (" (o = Vᵀ p, so ∂o/∂q = V.T @ ∂p/∂q)" if name == "do_dq" else ""))
+                     hint=f"{name} has one row per {rows}, and one column per component q_a of the query"
+                          + ("; yours is its transpose" if g.shape == w.shape[::-1] else ""))
             if close(g, w, 1e-6, 1e-9):
                 continue
             index = 0 if name == "dp_dq" else 1
