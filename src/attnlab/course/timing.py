@@ -17,8 +17,8 @@ Its minutes are
   it, reading it and its output),
 * plus ``EXPLORER_MINUTES`` for each explorer (predict, move the controls, discuss) and, for each "Try it" exercise
   (write, check, fix), the ``minutes`` its solution cell's metadata gives it (``{"attnlab": {"exercise": "N.k",
-  "role": "solution", "minutes": 25}}``): a retyping exercise takes 10, one that carries an idea somewhere new 20 to
-  30. An exercise without a size counts ``EXERCISE_MINUTES``.
+  "role": "solution", "minutes": 25}}``): 10 to 15 for one that applies an idea as the notebook showed it, 20 to 30
+  for one that carries it somewhere new. An exercise without a size counts ``EXERCISE_MINUTES``.
 
 Where the rates come from: adults read English non-fiction silently at 238 words a minute on average, most of them
 between 175 and 300 (Brysbaert 2019, *How many words do we read per minute?*, J. Memory and Language 109, 104047, a

@@ -47,8 +47,8 @@ The minutes come from `attnlab.course.timing`, one estimate of each notebook's c
   readers reported: 03 130 to 160 minutes, 06 about 130). So prose reads at {slow} to {fast} words a minute across the
   course, slowest where formulas are dense;
 - code: {cell} s a code cell plus {line} s a line; {explorer} min an explorer;
-- each exercise its own size, in its cell's metadata (listed below with each exercise): 10 minutes to apply an idea
-  as shown, 20 to 30 to carry it somewhere new.
+- each exercise its own size, in its cell's metadata (listed below with each exercise): 10 to 15 minutes to apply an
+  idea as the notebook showed it, 20 to 30 to carry it somewhere new.
 
 They are a reader's pace: a room with questions takes longer.
 
