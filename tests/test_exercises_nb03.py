@@ -98,46 +98,94 @@ def test_3_1_takes_only_plain_numbers():
 # ------------------------------------------------------------------------------------------------------------ 3.2
 
 
-def jacobian_reference(p):
-    return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]  # (..., S, S)
+def query_reference(q, K, V):
+    c = 1 / np.sqrt(q.shape[-1])
+    p = np.exp(c * K @ q - np.max(c * K @ q))
+    p /= p.sum()  # (S,)
+    dp_dq = (np.diag(p) - np.outer(p, p)) @ (c * K)  # (S, d_k)
+    return dp_dq, V.T @ dp_dq  # (Dv, d_k)
 
 
-def jacobian_einsum(p):
-    S = p.shape[-1]
-    return np.einsum("...i,ij->...ij", p, np.eye(S)) - np.einsum("...i,...j->...ij", p, p)
+def query_by_vjp(q, K, V):  # another correct route: one row of the Jacobian at a time, J never formed
+    c = 1 / np.sqrt(q.shape[-1])
+    s = c * K @ q
+    p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+    rows = [p[j] * ((np.arange(len(p)) == j) - p) @ (c * K) for j in range(len(p))]  # ∂p_j/∂q
+    dp_dq = np.array(rows)
+    return dp_dq, np.einsum("si,sa->ia", V, dp_dq)
 
 
-def one_row_only(p):  # np.diag and np.outer: right for one row, wrong for a batch
-    return np.diag(p) - np.outer(p, p)
+def query_by_finite_differences(q, K, V, eps=1e-5):  # what a learner might check with: central differences
+    def forward(x):
+        s = K @ x / np.sqrt(x.size)
+        p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+        return p, V.T @ p
+    cols = [[(a - b) / (2 * eps) for a, b in zip(forward(q + eps * e), forward(q - eps * e))] for e in np.eye(q.size)]
+    return np.stack([c[0] for c in cols], axis=1), np.stack([c[1] for c in cols], axis=1)
+
+
+def _query_mistake(scale=None, jac=None, ds_scale=None, transpose_dp=False, transpose_do=False, product=None):
+    """query_reference with one classic mistake: the scale, J, the scale of ∂s/∂q, a transposed result."""
+    def answer(q, K, V):
+        d_k, S = q.shape[-1], K.shape[0]
+        c = scale(q, K, V) if scale else 1 / np.sqrt(d_k)
+        s = c * K @ q
+        p = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
+        J = jac(p) if jac else np.diag(p) - np.outer(p, p)
+        dp_dq = J @ ((ds_scale if ds_scale is not None else c) * K)
+        do_dq = product(V, dp_dq) if product else V.T @ dp_dq
+        return (dp_dq.T if transpose_dp else dp_dq), (do_dq.T if transpose_do else do_dq)
+    return answer
 
 
 def test_3_2_correct_solutions_pass(capsys):
-    assert passes("3.2", jacobian_reference, capsys)
-    assert passes("3.2", jacobian_einsum, capsys)
+    assert passes("3.2", query_reference, capsys)
+    assert passes("3.2", query_by_vjp, capsys)
+    assert passes("3.2", lambda q, K, V: list(query_reference(q, K, V)), capsys)  # a list for the pair
+    assert passes("3.2", lambda q, K, V: tuple(a.astype(np.float32) for a in query_reference(
+        *(x.astype(np.float32) for x in (q, K, V)))), capsys)  # computed in float32
+
+
+def test_3_2_reference_matches_finite_differences():
+    rng = np.random.default_rng(5)
+    q, K, V = rng.normal(size=7), rng.normal(size=(5, 7)), rng.normal(size=(5, 3))
+    for want, got in zip(query_reference(q, K, V), query_by_finite_differences(q, K, V)):
+        np.testing.assert_allclose(got, want, atol=1e-9)
 
 
 @pytest.mark.parametrize("wrong, phrases", [
-    (lambda p: p[..., :, None] * np.eye(p.shape[-1]), ["outer-product term", "sums to 0"]),
-    (lambda p: -jacobian_reference(p), ["sign error", "positive"]),
-    (lambda p: (p * (1 - p))[..., :, None] * np.eye(p.shape[-1]), ["off-diagonal entries are 0"]),
-    (lambda p: -p[..., :, None] * p[..., None, :], ["forgot the diag(p) term"]),
-    (lambda p: p[..., :, None] * (1 - p[..., None, :]), ["only on the diagonal"]),
-    (lambda p: np.eye(p.shape[-1]) - p[..., None, :], ["factor p_i is missing"]),
-    (lambda p: jacobian_reference(p) + 0.01, ["rows sum to"]),
-    (one_row_only, ["raised ValueError", "np.diag and np.outer only work on 1-D"]),
-    (lambda p: p[:, None] * np.eye(p.shape[-1]) - p[:, None] * p[None, :], ["raised ValueError", "p[..., None, :]"]),
-    (lambda p: jacobian_reference(p) if p.ndim == 1 else np.zeros((4, 4)), ["wrong shape", "a batch p of shape"]),
-    (lambda p: jacobian_reference(p)[::-1] if p.ndim == 2 else jacobian_reference(p), ["block 0", "mixes the rows"]),
-    (lambda p: np.zeros((p.shape[-1],) * 2), ["row 0"]),
-    (lambda p: None, ["return"]),
+    (_query_mistake(ds_scale=1.0), ["you left the scale out of ∂s/∂q", "dp_dq is wrong"]),
+    (_query_mistake(scale=lambda q, K, V: 1.0, ds_scale=1.0), ["you left out the scale 1/√d_k altogether"]),
+    (_query_mistake(scale=lambda q, K, V: 1 / q.size), ["you divided by d_k instead of √d_k"]),
+    (_query_mistake(scale=lambda q, K, V: 1 / np.sqrt(K.shape[0])), ["number of keys S"]),
+    (_query_mistake(scale=lambda q, K, V: 1 / np.sqrt(V.shape[1])), ["the values' Dv"]),
+    (_query_mistake(jac=np.diag), ["you used diag(p) for ∂p/∂s", "-p_i·p_j"]),
+    (_query_mistake(jac=lambda p: np.diag(p * (1 - p))), ["only the diagonal p_i(1 - p_i)"]),
+    (_query_mistake(jac=lambda p: np.outer(p, p) - np.diag(p)), ["flipped the sign of J"]),
+    (_query_mistake(jac=lambda p: np.eye(p.size)), ["you skipped the softmax"]),
+    (_query_mistake(transpose_dp=True), ["dp_dq has the wrong shape", "yours is its transpose"]),
+    (_query_mistake(transpose_do=True), ["do_dq has the wrong shape", "V.T @ dp_dq", "yours is its transpose"]),
+    (_query_mistake(product=lambda V, dp: V @ dp), ["raised ValueError", "follow the shapes"]),
+    (_query_mistake(product=lambda V, dp: V.T @ (dp + 0.01)), ["do_dq is wrong", "chain rule"]),
+    (lambda q, K, V: query_reference(q, K, V)[0], ["two arrays", "dp_dq, do_dq"]),
+    (lambda q, K, V: None, ["return"]),
 ])
 def test_3_2_classic_mistakes_are_diagnosed(wrong, phrases):
     expect_failure("3.2", wrong, *phrases)
 
 
-def test_3_2_reference_is_diag_minus_outer():
-    p = np.array([0.5, 0.3, 0.2])
-    np.testing.assert_allclose(jacobian_reference(p), np.diag(p) - np.outer(p, p))
+def test_3_2_sizes_and_inputs_come_from_the_grading_seed(monkeypatch):
+    from attnlab import exercises
+    from attnlab.exercises import nb03
+
+    seen = set()
+    for secret in (None, 1, 2, 3, 4, 5):
+        monkeypatch.setattr(exercises, "_SECRET", secret)
+        (_, q, K, V), (what, q2, _, _) = nb03._query_cases()
+        assert len({q.size, K.shape[0], V.shape[1]}) == 3, "d_k, S and Dv all differ"
+        seen.add((q.size, K.shape[0], V.shape[1], float(q[0])))
+        assert "its weight there is" in what
+    assert len(seen) == 6
 
 
 # ------------------------------------------------------------------------------------------------------------ 3.3

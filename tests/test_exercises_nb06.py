@@ -156,13 +156,23 @@ def test_6_2_unattempted(capsys):
     (dict(strict=True), "allows the diagonal"),
     (dict(rescale_acc=False), "did you forget to rescale acc"),
     (dict(rescale_l=False), "did you forget to rescale l"),
-    (dict(skip=False), "skip the tiles above the diagonal"),
+    (dict(skip=False), "Either you computed them all"),
     (dict(count_extra=1), "count each tile you compute once"),
 ])
 def test_6_2_classic_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed) as info:
         check("6.2", lambda *args: causal_tiled(*args, **mistake))
     assert message in str(info.value)
+
+
+def test_6_2_a_counter_that_counts_the_skipped_tiles_is_named():
+    def count_all(q, k, v, Br, Bc):  # skips the right tiles, but counts every tile of the grid
+        out, _ = causal_tiled(q, k, v, Br, Bc)
+        return out, -(-q.shape[0] // Br) * -(-k.shape[0] // Bc)
+
+    with pytest.raises(ExerciseFailed) as info:
+        check("6.2", count_all)
+    assert "your counter also counts the tiles you skip" in str(info.value)
 
 
 def test_6_2_no_guard_is_fine_under_a_causal_mask(capsys):
@@ -209,7 +219,7 @@ def test_6_2_forbids_the_library():
 # 6.3 merging two partial states
 
 
-def merge_states(a, b, *, rescale_l=True, rescale_acc=True, average=False, guard=True):
+def merge_states(a, b, *, rescale_l=True, rescale_acc=True, average=False, guard=True, normalised=False):
     """Merge two (m, l, acc) states, right by default; each flag switches on one classic mistake."""
     (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
     m = np.maximum(m_a, m_b)
@@ -219,7 +229,7 @@ def merge_states(a, b, *, rescale_l=True, rescale_acc=True, average=False, guard
         return m, l_a + l_b, (acc_a / np.where(l_a == 0, 1, l_a) + acc_b / np.where(l_b == 0, 1, l_b)) / 2
     l = alpha * l_a + beta * l_b if rescale_l else l_a + l_b
     acc = alpha * acc_a + beta * acc_b if rescale_acc else acc_a + acc_b
-    return m, l, acc
+    return m, l, (acc / np.where(l == 0, 1.0, l) if normalised else acc)
 
 
 def test_6_3_reference_passes(capsys):
@@ -240,8 +250,38 @@ def test_6_3_unattempted(capsys):
     (dict(rescale_acc=False), "did you forget to rescale acc?"),
     (dict(average=True), "averaging the two outputs"),
     (dict(guard=False), "row 4 has no allowed key in either half"),
+    (dict(normalised=True), "return acc itself"),
 ])
 def test_6_3_classic_mistakes(mistake, message):
     with pytest.raises(ExerciseFailed) as info:
         check("6.3", lambda a, b: merge_states(a, b, **mistake))
     assert message in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# numpy's shape errors are named, not left as a bare traceback
+
+
+def _lse_no_keepdims(x, block_size):  # the running max as (R,) instead of (R, 1): it cannot meet a (R, block) block
+    R, S = x.shape
+    m, l = np.full(R, -np.inf), np.zeros(R)
+    for start in range(0, S, block_size):
+        block = x[:, start:start + block_size]
+        m_new = np.maximum(m, block.max(axis=1))
+        l = np.exp(m - m_new) * l + np.exp(block - m_new).sum(axis=1)
+        m = m_new
+    return m + np.log(l)
+
+
+def _merge_flat(a, b):  # acc rescaled by an (R,) factor: does not broadcast against (R, Dv)
+    (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
+    m = np.maximum(m_a, m_b)[:, 0]
+    alpha, beta = np.exp(m_a[:, 0] - m), np.exp(m_b[:, 0] - m)
+    return m[:, None], (alpha * l_a[:, 0] + beta * l_b[:, 0])[:, None], alpha * acc_a + beta * acc_b
+
+
+@pytest.mark.parametrize("exercise_id, wrong", [("6.1", _lse_no_keepdims), ("6.3", _merge_flat)])
+def test_a_broadcast_error_gets_a_hint(exercise_id, wrong):
+    with pytest.raises(ExerciseFailed) as info:
+        check(exercise_id, wrong)
+    assert "raised ValueError" in str(info.value) and "keepdims=True" in str(info.value)

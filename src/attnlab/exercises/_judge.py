@@ -19,8 +19,9 @@ from ._protocol import Raised, Returned, Unreadable, Verdict
 
 
 def forbidden_message(exercise_id: str, dotted: str) -> str:
-    return (f"exercise {exercise_id} asks you to write this yourself; {dotted} is the reference, which the check "
-            f"compares your function with. Write it with numpy (you may look at what {dotted} does, then close it).")
+    return (f"exercise {exercise_id} asks you to write this yourself; {dotted} is the reference for (part of) what "
+            f"it asks, so your function may not call it. Write it with numpy (you may look at what {dotted} does, then "
+            "close it).")
 
 
 def mutated_message(position: int) -> str:

@@ -1,5 +1,5 @@
-"""Checks for notebook 03, "Why √d_k": the mean and spread of correlated q·k, the softmax Jacobian, and the scale of
-every head's scores.
+"""Checks for notebook 03, "Why √d_k": the mean and spread of correlated q·k, how far a head's weights and output
+move with its query (the softmax Jacobian in a chain rule), and the scale of every head's scores.
 
 Every checker calls the learner's function on inputs drawn from :func:`seeded` (sizes too, for 3.2), compares with
 the reference within the tolerances of the answer's precision, and on a mismatch names the classic mistake it
@@ -145,87 +145,98 @@ def _std_variants(d_k: int, var_q: float, var_k: float, rho: float) -> list[tupl
     ]
 
 
-# ------------------------------------------------------------------------------------- 3.2 the softmax Jacobian
+# -------------------------------------------------------------------- 3.2 how far a head's output moves with its query
 
-def _jacobian_inputs() -> tuple[np.ndarray, np.ndarray]:
-    """Scores of one row ``(S,)`` and of a batch ``(T, S')``, sizes and values drawn from :func:`seeded` (so that no
-    table of answers works); the batch has a spread-out row, a sharp one and a uniform one."""
+
+def _query_jacobians(q, K, V, mistake: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(dp/dq (S, d_k), do/dq (Dv, d_k))`` for scores ``s = K q / √d_k``, right or with one classic mistake."""
+    d_k, S, Dv = q.shape[-1], K.shape[0], V.shape[1]
+    width = {"sqrt S": S, "sqrt Dv": Dv}.get(mistake, d_k)
+    c = {"d_k": 1 / d_k, "no scale": 1.0}.get(mistake, 1 / np.sqrt(width))  # the scale of the scores
+    p = softmax(c * (K @ q))  # (S,)
+    J = {"diag only": np.diag(p), "diagonal p(1-p)": np.diag(p * (1 - p)), "sign": np.outer(p, p) - np.diag(p),
+         "no J": np.eye(S)}.get(mistake, np.diag(p) - np.outer(p, p))  # (S, S): dp/ds
+    ds_dq = K if mistake == "scale only in s" else c * K  # (S, d_k)
+    dp_dq = J @ ds_dq  # (S, d_k)
+    return dp_dq, V.T @ dp_dq  # (Dv, d_k): o = Vᵀ p
+
+
+# The classic mistakes, as "you ..." (the failure message and the instructor guide read them so) -> the variant
+_QUERY_MISTAKES = {
+    "left the scale out of ∂s/∂q: s = K q / √d_k, so ∂s/∂q = K / √d_k, not K (the scale is in the scores AND in "
+    "their derivative)": "scale only in s",
+    "left out the scale 1/√d_k altogether: the scores are s = K q / √d_k": "no scale",
+    "divided by d_k instead of √d_k: the scores are s = K q / √d_k": "d_k",
+    "took the width from the number of keys S: the scale is 1/√d_k, with d_k = q.shape[-1]": "sqrt S",
+    "took the width from the values' Dv: the scale is 1/√d_k, with d_k = q.shape[-1]": "sqrt Dv",
+    "used diag(p) for ∂p/∂s: the weights compete, so ∂p_i/∂s_j = -p_i·p_j off the diagonal; J = diag(p) - p pᵀ":
+        "diag only",
+    "kept only the diagonal p_i(1 - p_i) of J: off the diagonal ∂p_i/∂s_j = -p_i·p_j (raising one score takes weight "
+    "from every other key)": "diagonal p(1-p)",
+    "flipped the sign of J: raising a score raises its own weight, so J = diag(p) - p pᵀ has a positive diagonal":
+        "sign",
+    "skipped the softmax: p = softmax(s), so ∂p/∂q = J · ∂s/∂q with J = diag(p) - p pᵀ, not ∂s/∂q alone": "no J",
+}
+
+
+def _query_cases() -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """(what, q, K, V): sizes and values drawn from :func:`seeded`, d_k, S and Dv all different (so that a scale or a
+    transpose taken from the wrong axis shows); first a spread-out row, then a query pointed at the longest key, so
+    that its weights are sharply peaked there."""
     rng = seeded(32)
-    row = np.round(rng.normal(0.0, 1.5, size=int(rng.integers(4, 8))), 2)  # (S,)
-    T, S = int(rng.integers(3, 5)), int(rng.integers(3, 7))
-    batch = np.round(rng.normal(0.0, 1.0, size=(T, S)), 2)  # (T, S)
-    batch[1] *= 5.0  # a sharp row: one weight near 1
-    batch[2] = float(np.round(rng.normal(), 2))  # a uniform row: every weight 1/S
-    return row, batch
+    d_k, S, Dv = (int(n) for n in rng.choice(np.arange(3, 10), size=3, replace=False))
+    K = np.round(rng.normal(size=(S, d_k)), 3)  # (S, d_k)
+    V = np.round(rng.normal(size=(S, Dv)), 3)  # (S, Dv)
+    spread = np.round(rng.normal(size=d_k) * 1.5, 3)  # (d_k,)
+    j = int(np.argmax(np.linalg.norm(K, axis=1)))  # the longest key: no other key projects further along it
+    matched = np.round(6 * np.sqrt(d_k) * K[j] / np.linalg.norm(K[j]) + rng.normal(size=d_k) * 0.1, 3)
+    top = float(softmax(K @ matched / np.sqrt(d_k)).max())
+    return [("a query whose weights are spread out", spread, K, V),
+            (f"a query pointed at key {j} (its weight there is {top:.3f})", matched, K, V)]
 
 
-def _jacobian(p: np.ndarray) -> np.ndarray:
-    return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]  # (..., S, S)
+def _pair(got, call: str):
+    if got is None:
+        fail(f"{call} returned None", "a pair (dp_dq, do_dq)", "None", hint="did you forget the `return` line?")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        fail(f"{call} should return two arrays", "a pair (dp_dq, do_dq)", type(got).__name__,
+             hint="return dp_dq, do_dq")
+    return got
 
 
-@exercise("3.2", forbids=())  # nothing in attnlab returns a Jacobian
-def check_softmax_jacobian(softmax_jacobian) -> None:
-    """``softmax_jacobian(p)`` must return ``diag(p) - p pᵀ`` for one row ``(S,)`` and for a batch ``(..., S)``."""
-    scores, batch = _jacobian_inputs()
-    p = softmax(scores)  # (S,)
-    S = p.size
-    got = _array(softmax_jacobian(p.copy()), f"softmax_jacobian(p) for p of shape {p.shape}", (S, S))
-    if got.shape != (S, S):
-        fail(f"softmax_jacobian(p) has the wrong shape for one row p of shape {p.shape}", (S, S), got.shape,
-             hint="J has one row per weight p_i and one column per score s_j: shape (S, S)")
-    expected = _jacobian(p)
-    if not close(got, expected, 1e-6, 1e-9):
-        _diagnose_jacobian(p, got, expected)
-
-    P = softmax(batch)  # (T, S): T rows of weights
-    T, S = P.shape
-    call = f"softmax_jacobian(p) for a batch p of shape {P.shape}"
-    batch_hint = ("one (S, S) Jacobian per row: np.diag and np.outer only work on 1-D arrays (np.diag of a 2-D array "
-                  "extracts its diagonal, np.outer flattens); build diag(p) as p[..., :, None] * np.eye(S) and the "
-                  "outer product as p[..., :, None] * p[..., None, :]")
-    try:
-        got = softmax_jacobian(P.copy())
-    except ValueError as error:  # a broadcasting error: the function only handles one row
-        fail(f"{call} raised ValueError (it works for one row)", f"an array of shape {(T, S, S)}",
-             f"ValueError: {error}", hint=batch_hint)
-    got = _array(got, call, (T, S, S))
-    if got.shape != (T, S, S):
-        fail(f"{call} has the wrong shape", (T, S, S), got.shape, hint=batch_hint)
-    expected = _jacobian(P)
-    for t in range(T):
-        if not close(got[t], expected[t], 1e-6, 1e-9):
-            fail(f"{call}: block {t} is not the Jacobian of row p[{t}] = {np.round(P[t], 4).tolist()}",
-                 np.round(expected[t], 4).tolist(), np.round(got[t], 4).tolist(),
-                 hint="your function is right for one row but mixes the rows of a batch; "
-                      "index the last axis with p[..., :, None] and p[..., None, :], never axis 0")
-
-
-def _diagnose_jacobian(p: np.ndarray, got: np.ndarray, expected: np.ndarray) -> None:
-    S = p.size
-    outer = np.outer(p, p)
-    variants = (
-        (np.diag(p), "the off-diagonal entries are missing: you returned diag(p) without the outer-product term "
-                     "-p pᵀ. Raising one score takes weight away from every other key, so dp_i/ds_j = -p_i·p_j "
-                     "for i != j (and each row of J sums to 0)"),
-        (-expected, "sign error: you returned p pᵀ - diag(p). Raising a score raises its own weight, so the "
-                    "diagonal dp_i/ds_i = p_i(1 - p_i) must be positive"),
-        (np.diag(p * (1 - p)), "the diagonal p_i(1 - p_i) is right but the off-diagonal entries are 0; they are "
-                               "-p_i·p_j: raising s_j lowers every other weight"),
-        (-outer, "you returned -p pᵀ and forgot the diag(p) term, which is what makes the diagonal p_i(1 - p_i)"),
-        (p[:, None] * (1 - p[None, :]), "p_i(1 - p_j) is the derivative only on the diagonal (i = j); "
-                                        "off the diagonal it is -p_i·p_j. Together: J = diag(p) - p pᵀ"),
-        (np.eye(S) - p[None, :], "the factor p_i is missing: dp_i/ds_j = p_i(δ_ij - p_j), i.e. diag(p) - p pᵀ, "
-                                 "not I - 1 pᵀ"),
-        (np.eye(S) - p[:, None], "the factor p_i is missing: dp_i/ds_j = p_i(δ_ij - p_j), i.e. diag(p) - p pᵀ"),
-    )
-    for variant, hint in variants:
-        if close(got, variant, 1e-6, 1e-9):
-            break
-    else:
-        hint = ("J[i, j] = p_i(δ_ij - p_j): diag(p) - np.outer(p, p). Each row of J must sum to 0 (adding the same "
-                f"number to every score changes no weight); your rows sum to {np.round(got.sum(axis=1), 4).tolist()}")
-    fail(f"softmax_jacobian(p) is not diag(p) - p pᵀ for p = {np.round(p, 4).tolist()}; row 0:",
-         np.round(expected[0], 4).tolist(), np.round(got[0], 4).tolist(), hint=hint)
+@exercise("3.2", forbids=("attnlab.softmax_backward", "attnlab.attention_backward", "attnlab.tiled_attention_backward",
+                          "attnlab.attention_layer_backward"))
+def check_query_jacobians(query_jacobians) -> None:
+    """``query_jacobians(q, K, V)`` must return ``(J c K, Vᵀ J c K)`` with ``J = diag(p) - p pᵀ``, ``c = 1/√d_k``."""
+    for what, q, K, V in _query_cases():
+        d_k, S, Dv = q.size, K.shape[0], V.shape[1]
+        call = f"query_jacobians(q, K, V) for {what}, d_k = {d_k}, S = {S}, Dv = {Dv}"
+        try:
+            got = query_jacobians(q.copy(), K.copy(), V.copy())
+        except ValueError as error:  # a product whose inner sizes do not match
+            fail(f"{call} raised ValueError", f"a pair of arrays of shapes {(S, d_k)} and {(Dv, d_k)}",
+                 f"ValueError: {error}",
+                 hint=f"follow the shapes: J is (S, S) = ({S}, {S}), ∂s/∂q = K / √d_k is (S, d_k) = ({S}, {d_k}), so "
+                      f"∂p/∂q = J @ (K / √d_k) is ({S}, {d_k}); o = Vᵀ p, so ∂o/∂q = V.T @ ∂p/∂q is ({Dv}, {d_k})")
+        dp_dq, do_dq = _pair(got, call)
+        want = _query_jacobians(q, K, V)
+        for name, g, w, rows in (("dp_dq", dp_dq, want[0], "weight p_j"),
+                                 ("do_dq", do_dq, want[1], "output o_i, and o = Vᵀ p gives V.T @ dp_dq")):
+            g = _array(g, f"{call}: {name}", w.shape)
+            if g.shape != w.shape:
+                fail(f"{call}: {name} has the wrong shape", w.shape, g.shape,
+                     hint=f"{name} has one row per {rows}, and one column per component q_a of the query"
+                          + ("; yours is its transpose" if g.shape == w.shape[::-1] else ""))
+            if close(g, w, 1e-6, 1e-9):
+                continue
+            index = 0 if name == "dp_dq" else 1
+            for hint, mistake in _QUERY_MISTAKES.items():
+                if close(g, _query_jacobians(q, K, V, mistake)[index], 1e-6, 1e-9):
+                    fail(f"{call}: {name} is wrong; row 0:", np.round(w[0], 5).tolist(), np.round(g[0], 5).tolist(),
+                         hint="you " + hint)
+            fail(f"{call}: {name} is wrong; row 0:", np.round(w[0], 5).tolist(), np.round(g[0], 5).tolist(),
+                 hint="chain rule: ∂p/∂q = J · ∂s/∂q with J = diag(p) - p pᵀ and ∂s/∂q = K / √d_k; then o = Vᵀ p "
+                      "gives ∂o/∂q = Vᵀ · ∂p/∂q. Check yours against central finite differences, as section 3 did")
 
 
 # ---------------------------------------------------------------------- 3.3 the scaled scores of every head

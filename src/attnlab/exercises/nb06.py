@@ -42,8 +42,14 @@ def _close(got, expected) -> bool:
     return close(got, expected, 1e-9, 1e-12, equal_nan=True)
 
 
+_SHAPES_HINT = ("the running max and sum are one number per row, kept as (rows, 1) columns: take max and sum along "
+                "the keys with keepdims=True, so that they broadcast against a (rows, block) tile; P_ij @ V_j is "
+                "(rows, block) @ (block, Dv)")
+
+
 def _quiet(fn, *args, arithmetic_hint: str = ""):
-    """Call the learner's ``fn`` without numpy warnings; Python's own float errors become a failure with a hint."""
+    """Call the learner's ``fn`` without numpy warnings; Python's own float errors, and numpy's shape errors (a
+    ``ValueError`` from broadcasting or a product), become a failure with a hint."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
@@ -51,6 +57,12 @@ def _quiet(fn, *args, arithmetic_hint: str = ""):
         except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
             fail(f"your function raised {type(exc).__name__}: {exc}", "a finite result", type(exc).__name__,
                  arithmetic_hint)
+        except ValueError as exc:
+            text = str(exc)
+            if "broadcast" in text or "mismatch" in text or "shapes" in text or "aligned" in text:
+                fail(f"your function raised ValueError: {text}", "arrays whose shapes fit together",
+                     "a shape error", hint=_SHAPES_HINT)
+            raise
 
 
 def _shift(m):
@@ -228,8 +240,9 @@ def check_causal_tiled_attention(causal_tiled_attention) -> None:
             fail(f"{call}: tiles_computed must be a whole number", needed, repr(count))
         count, total = int(count), -(-T // Br) * -(-S // Bc)
         if count != needed:
-            hint = (f"all {total} tiles: skip the tiles above the diagonal. A key block starting at j0 can be skipped "
-                    "when j0 > the position of the block's last query, S - T + i1 - 1" if count == total else
+            hint = (f"you counted all {total} tiles of the grid. Either you computed them all (skip a key block "
+                    "starting at j0 when j0 > the position of the block's last query, S - T + i1 - 1), or your "
+                    "counter also counts the tiles you skip: add 1 only after the skip test" if count == total else
                     f"the grid has {total} tiles, of which {needed} contain an allowed (query, key) pair and "
                     f"{total - needed} lie entirely above the diagonal; count each tile you compute once")
             fail(f"{call}: wrong number of tiles computed", needed, count, hint)
@@ -276,7 +289,7 @@ def _diagnose_state(what, got, expected, variants, nan_hint: str) -> None:
 # 6.3 merging two partial states
 
 
-def _merge_variant(a, b, *, rescale_l=True, rescale_acc=True, inverted=False, average=False):
+def _merge_variant(a, b, *, rescale_l=True, rescale_acc=True, inverted=False, average=False, normalised=False):
     with np.errstate(all="ignore"):
         (m_a, l_a, acc_a), (m_b, l_b, acc_b) = a, b
         m = np.maximum(m_a, m_b)
@@ -288,6 +301,8 @@ def _merge_variant(a, b, *, rescale_l=True, rescale_acc=True, inverted=False, av
             alpha, beta = np.exp(_shift(m) - m_a), np.exp(_shift(m) - m_b)
         l = alpha * l_a + beta * l_b if rescale_l else l_a + l_b
         acc = alpha * acc_a + beta * acc_b if rescale_acc else acc_a + acc_b
+        if normalised:
+            acc = acc / np.where(l == 0, 1.0, l)
         return m, l, acc
 
 
@@ -325,6 +340,8 @@ def check_merge_states(merge_states) -> None:
          "are at most 1"),
         (_merge_variant(a, b, average=True), "averaging the two outputs weights both halves equally; the half with "
          "more (or larger) exp scores must weigh more: merge the unnormalised sums, then divide once"),
+        (_merge_variant(a, b, normalised=True), "you returned acc / l: the state keeps acc unnormalised, so that it "
+         "can still be merged with others; return acc itself, and let whoever holds the final state divide by l once"),
     ]
     nan_hint = ("row 4 has no allowed key in either half, so M = -inf and exp(-inf - (-inf)) = nan; subtract 0 "
                 "instead of M in such rows so that they stay m = -inf, l = 0, acc = 0")

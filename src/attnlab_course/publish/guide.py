@@ -37,10 +37,20 @@ a prediction before anyone moves a control; an explorer is live only in JupyterL
 default state). Leave the "Try it" exercises for the end or for homework. The "Check yourself" questions make a
 ready-made discussion; their answers are folded under each question in the notebook.
 
-The minutes come from `attnlab_course.timing`, one estimate of each notebook's content (prose at {wpm} words a
-minute, {cell} s a code cell plus {line} s a line, {explorer} min an explorer, {exercise} min an exercise), the estimate
-that `python -m attnlab_course.timing --write` puts in the notebook headers. They are a reader's pace: a room with
-questions takes longer.
+The minutes come from `attnlab_course.timing`, one estimate of each notebook's content, the estimate that
+`python -m attnlab_course.timing --write` puts in the notebook headers:
+
+- prose: plain words at {wpm} a minute, near the low end of the 175 to 300 words a minute at which most adults read
+  non-fiction silently (238 on average: Brysbaert 2019, *How many words do we read per minute?*, a meta-analysis of
+  190 studies), because a learner reads to learn. Each symbol of a formula costs {math} words' time and each number
+  {number} word more (the course's own assumption, set so that the densest notebooks come near the times careful
+  readers reported: 03 130 to 160 minutes, 06 about 130). So prose reads at {slow} to {fast} words a minute across the
+  course, slowest where formulas are dense;
+- code: {cell} s a code cell plus {line} s a line; {explorer} min an explorer;
+- each exercise its own size, in its cell's metadata (listed below with each exercise): 10 to 15 minutes to apply an
+  idea as the notebook showed it, 20 to 30 to carry it somewhere new.
+
+They are a reader's pace: a room with questions takes longer.
 
 ## Collecting and grading submissions
 
@@ -106,8 +116,9 @@ def _explorers(nb) -> list[tuple[str, list[str], str]]:
     return found
 
 
-def _exercises(nb) -> list[tuple[str, str]]:
-    """``(exercise id, what it asks)`` for each exercise, from the markdown before it and its function's name."""
+def _exercises(nb) -> list[tuple[str, str, float]]:
+    """``(exercise id, what it asks, minutes)`` for each exercise, from the markdown before it, its function's name and
+    its size (:func:`attnlab_course.timing.exercise_minutes`)."""
     found, last_md = [], ""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -121,7 +132,7 @@ def _exercises(nb) -> list[tuple[str, str]]:
         title = re.search(rf"(?:Exercise\s+)?{re.escape(ex)}\s*[:—–.-]?\s*\**\s*([^\n*]+)", last_md)
         label = title.group(1).strip().rstrip(".") if title else ""
         name = f"`{fn.group(1)}`" if fn else ""
-        found.append((ex, f"{label} ({name})" if label and name else label or name))
+        found.append((ex, f"{label} ({name})" if label and name else label or name, timing.exercise_minutes(cell)))
     return found
 
 
@@ -160,8 +171,9 @@ def notebook_section(item: CourseNotebook, hints: dict[str, list[str]]) -> str:
     exercises = _exercises(nb)
     if exercises:
         lines += ["", "**Exercises, and the mistakes their checks diagnose**"]
-        for ex, what in exercises:
-            lines += ["", f"*Exercise {ex}*: {what}." if what else f"*Exercise {ex}*.", ""]
+        for ex, what, minutes in exercises:
+            size = f" (about {minutes:g} minutes)"
+            lines += ["", f"*Exercise {ex}*{size}: {what}." if what else f"*Exercise {ex}*{size}.", ""]
             lines += [f"- {h}" for h in hints.get(ex, [])] or ["- (no hints: the check only says passed or failed)"]
         lines += ["", f"Grade this notebook: `.venv/bin/attnlab-check --batch submissions/` with the learners' "
                       f"`{item.stem}.ipynb` files in `submissions/`."]
@@ -170,10 +182,13 @@ def notebook_section(item: CourseNotebook, hints: dict[str, list[str]]) -> str:
 
 def render(root: Path = ROOT) -> str:
     """The whole guide, as markdown."""
-    intro = INTRO.format(wpm=timing.WORDS_PER_MINUTE, cell=timing.CODE_CELL_SECONDS, line=timing.CODE_LINE_SECONDS,
-                         explorer=timing.EXPLORER_MINUTES, exercise=timing.EXERCISE_MINUTES)
-    hints = all_hints()
     notebooks = course_notebooks(root)
+    rates = [timing.prose_rates(nbformat.read(item.source, as_version=4)) for item in notebooks]
+    intro = INTRO.format(wpm=timing.WORDS_PER_MINUTE, math=f"{timing.MATH_TOKEN_WORDS:g}",
+                         number=f"{timing.NUMBER_WORDS:g}", slow=min(r[0] for r in rates),
+                         fast=max(r[1] for r in rates), cell=timing.CODE_CELL_SECONDS, line=timing.CODE_LINE_SECONDS,
+                         explorer=timing.EXPLORER_MINUTES)
+    hints = all_hints()
     overview = ["## The sessions", "", "| notebook | minutes | exercises |", "|---|---:|---:|"]
     for item in notebooks:
         nb = nbformat.read(item.source, as_version=4)
