@@ -226,9 +226,9 @@ def test_everything_masked_gives_zero_gradients_without_warnings():
     q, k, v = make_qkv(batch=(2,), H=2, T=3, S=4, D=2)
     dout = np.ones((2, 2, 3, 2))
     mask = np.zeros((3, 4), dtype=bool)
+    forward = tiled_attention(q, k, v, mask, return_lse=True)
     for grads in (attention_backward(q, k, v, dout, mask),
-                  tiled_attention_backward(q, k, v, *tiled_attention(q, k, v, mask, return_lse=True)[:1], dout,
-                                           tiled_attention(q, k, v, mask, return_lse=True)[1], mask, Br=2, Bc=3)):
+                  tiled_attention_backward(q, k, v, forward.out, dout, forward.lse, mask, Br=2, Bc=3)):
         for gr in grads:
             assert np.all(gr == 0)
 

@@ -60,14 +60,14 @@ from .model import (
     train,
     train_many,
 )
-from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
+from .online import TiledResult, TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .position import rope
 from .softmax import softmax
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledStats", "attention", "attention_backward",
+    "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledResult", "TiledStats", "attention", "attention_backward",
     "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs", "combine_masks",
     "copy_task", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost", "document_mask",
     "format_bytes", "generate", "init_model", "init_weights", "kv_cache_bytes", "limit_threads", "loss_and_grads",
