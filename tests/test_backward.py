@@ -235,6 +235,24 @@ def test_the_fast_path_agrees_with_the_textbook_lines(monkeypatch, kind, H, Hkv,
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), **tol)
 
 
+@pytest.mark.parametrize("fast", [False, True])
+def test_weights_kept_from_the_forward_give_the_same_gradients(monkeypatch, fast):
+    monkeypatch.setattr(attnlab.backward, "FAST_PATH_MIN_SCORES", 0 if fast else np.inf)
+    q, k, v = make_qkv(batch=(2,), H=4, Hkv=2, T=5, S=7, D=3, seed=1)
+    dout = np.random.default_rng(2).standard_normal((2, 4, 5, 3))
+    mask = with_dead_rows(None, (2, 4, 5, 7))
+    _, P = attention(q, k, v, mask, causal=True, scale=0.7, return_weights=True)
+    for got, expected in zip(attention_backward(q, k, v, dout, mask, causal=True, scale=0.7, weights=P),
+                             attention_backward(q, k, v, dout, mask, causal=True, scale=0.7)):
+        np.testing.assert_array_equal(got, expected)
+    _, P1 = attention(q[0, 0], k[0, 0], v[0, 0], return_weights=True)
+    for got, expected in zip(attention_backward(q[0, 0], k[0, 0], v[0, 0], dout[0, 0], weights=P1),
+                             attention_backward(q[0, 0], k[0, 0], v[0, 0], dout[0, 0])):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match=r"weights must have shape \(2, 4, 5, 7\) \(the scores'.*got \(2, 4, 7, 5\)"):
+        attention_backward(q, k, v, dout, weights=P.swapaxes(-1, -2))
+
+
 def test_gqa_gradients_are_the_sums_over_each_group():
     """dk, dv of a shared head equal the sum of the gradients of its copies under repeat (np.repeat: h // G)."""
     q, k, v = make_qkv(batch=(2,), H=6, Hkv=2, T=4, S=5, D=3)

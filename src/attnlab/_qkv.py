@@ -76,6 +76,12 @@ class QKV:
         x = check_shaped(x, name, shape[1:] if self.one_head else shape, "the output's: q's (..., H, T) and v's Dv")
         return x[None] if self.one_head else x
 
+    def check_like_scores(self, x, name: str) -> np.ndarray:
+        """Check that ``x`` has the scores' shape ``(..., H, T, S)`` as the caller gave it; add the head axis too."""
+        shape = (*self.q.shape[:-1], self.S)
+        x = check_shaped(x, name, shape[1:] if self.one_head else shape, "the scores': q's (..., H, T) and k's S")
+        return x[None] if self.one_head else x
+
     def check_per_row(self, x, name: str, what: str) -> np.ndarray:
         """Check that ``x`` has one number per query row, ``(..., H, T)``; add the head axis too."""
         shape = self.q.shape[:-1]

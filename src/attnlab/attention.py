@@ -68,7 +68,7 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
         out, weights = _attention_blocked(p, return_weights)  # the same arithmetic, cache-blocked, on every core
     else:
         dtype = p.dtype  # float16 is computed in float32
-        qg = group_query_heads(p.q, p.Hkv).astype(dtype)  # (..., Hkv, G, T, D): query head h uses K/V head h // G
+        qg = group_query_heads(p.q, p.Hkv).astype(dtype, copy=False)  # (..., Hkv, G, T, D): query h uses K/V h // G
         k = p.k[..., None, :, :].astype(dtype, copy=False)  # (..., Hkv, 1, S, D): broadcast over the G query heads
         v = p.v[..., None, :, :].astype(dtype, copy=False)  # (..., Hkv, 1, S, Dv); never copied (unless float16)
         scores = (qg * dtype.type(p.scale)) @ k.swapaxes(-1, -2)  # (..., Hkv, G, T, S)

@@ -92,7 +92,7 @@ def softmax_backward_inplace(P: np.ndarray, dP: np.ndarray) -> np.ndarray:
     return dP
 
 
-def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=None):
+def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=None, weights=None):
     """Gradients of :func:`attnlab.attention` with respect to ``q``, ``k`` and ``v``, with the weights held whole.
 
     Parameters
@@ -103,6 +103,9 @@ def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=
         last ``T`` of ``S`` positions) and the scale (default ``1 / sqrt(D)``).
     dout : (..., H, T, Dv) ndarray
         ``dO``, the gradient of the loss with respect to the output of ``attention(q, k, v, mask, ...)``.
+    weights : (..., H, T, S) ndarray, optional
+        ``P``, the weights of that forward pass (``attention(..., return_weights=True)``), if they were kept, as
+        autograd keeps them; by default they are computed again.
 
     Returns
     -------
@@ -141,11 +144,13 @@ def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=
     p = prepare_qkv(q, k, v, mask, causal=causal, scale=scale)  # checked; a 2-D head gains a head axis
     dout = p.check_like_out(dout, "dout")  # (..., H, T, Dv)
     dtype = compute_dtype(p.q, p.k, p.v, dout)  # float16 is computed in float32
+    P = None if weights is None else p.check_like_scores(weights, "weights").astype(dtype, copy=False)  # (..., T, S)
     if p.n_scores >= FAST_PATH_MIN_SCORES:
-        dq, dk, dv = _attention_backward_blocked(p, dout, dtype)  # the same lines, cache-blocked, on every core
+        dq, dk, dv = _attention_backward_blocked(p, dout, P, dtype)  # the same lines, cache-blocked, on every core
     else:
         q, k, v, dO = (a.astype(dtype, copy=False) for a in (p.q, p.k, p.v, dout))  # a copy only for float16
-        _, P = attention(q, k, v, p.mask, causal=causal, scale=p.scale, return_weights=True)  # (..., H, T, S), whole
+        if P is None:
+            _, P = attention(q, k, v, p.mask, causal=causal, scale=p.scale, return_weights=True)  # (..., H, T, S)
         Qg, Pg, dOg = (group_query_heads(a, p.Hkv) for a in (q, P, dO))  # (..., Hkv, G, T, D|S|Dv)
         K, V = k[..., None, :, :], v[..., None, :, :]  # (..., Hkv, 1, S, D|Dv): broadcast over the G query heads
         dv = (Pg.swapaxes(-1, -2) @ dOg).sum(axis=-3)  # dV = Pᵀ dO, summed over the G heads  (..., Hkv, S, Dv)
@@ -294,12 +299,13 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
 # It computes dS in place (softmax_backward_inplace) and only the order of additions differs: rounding, nothing else.
 
 
-def _attention_backward_blocked(p: QKV, dout: np.ndarray, dtype: np.dtype):
+def _attention_backward_blocked(p: QKV, dout: np.ndarray, P: np.ndarray | None, dtype: np.dtype):
     """``attention_backward``'s lines in blocks of query rows sized to a core's cache, on every core: ``dq`` grouped
     ``(..., Hkv, G, T, D)``, ``dk (..., Hkv, S, D)``, ``dv (..., Hkv, S, Dv)``, in the compute dtype."""
     T, D, S, Hkv, Dv, scale = p.T, p.D, p.S, p.Hkv, p.Dv, p.scale
     q_, k_, v_, dO = (a.astype(dtype, copy=False) for a in (p.q, p.k, p.v, dout))  # a copy only for float16
-    _, P = attention(q_, k_, v_, p.mask, causal=p.causal, scale=scale, return_weights=True)  # (..., H, T, S), whole
+    if P is None:
+        _, P = attention(q_, k_, v_, p.mask, causal=p.causal, scale=scale, return_weights=True)  # (..., H, T, S)
     Pg, Qg, dOg = (group_query_heads(a, Hkv) for a in (P, q_, dO))  # (..., Hkv, G, T, S|D|Dv)
     lead, G = Pg.shape[:-3], Pg.shape[-3]  # lead = (..., Hkv)
     dq = np.empty((*lead, G, T, D), dtype=dtype)  # (..., Hkv, G, T, D)
