@@ -50,7 +50,8 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
     Notes
     -----
     ``out_i = sum_j softmax_j(q_i · k_j · scale) v_j``. Grouped-query attention is done by viewing the query heads as
-    ``(Hkv, G)`` so that each key/value head broadcasts over its ``G`` query heads; K and V are never copied.
+    ``(Hkv, G)``: the ``G`` query heads that share a key/value head are stacked as rows of one product with it, so K and
+    V are never copied and each is read once.
 
     This is the textbook algorithm: the whole ``(..., H, T, S)`` matrix is materialised, so memory grows as ``S²``
     (:func:`attnlab.tiled_attention` is the linear-memory version). From ``FAST_PATH_MIN_SCORES`` scores on, the
@@ -68,12 +69,13 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
         out, weights = _attention_blocked(p, return_weights)  # the same arithmetic, cache-blocked, on every core
     else:
         dtype = p.dtype  # float16 is computed in float32
-        qg = group_query_heads(p.q, p.Hkv).astype(dtype, copy=False)  # (..., Hkv, G, T, D): query h uses K/V h // G
-        k = p.k[..., None, :, :].astype(dtype, copy=False)  # (..., Hkv, 1, S, D): broadcast over the G query heads
-        v = p.v[..., None, :, :].astype(dtype, copy=False)  # (..., Hkv, 1, S, Dv); never copied (unless float16)
-        scores = (qg * dtype.type(p.scale)) @ k.swapaxes(-1, -2)  # (..., Hkv, G, T, S)
-        weights = softmax(scores, p.grouped_mask(p.allowed()))  # (..., Hkv, G, T, S); masked entries exactly 0
-        out = weights @ v  # (..., Hkv, G, T, Dv)
+        lead, (Hkv, G, T, S) = p.q.shape[:-3], (p.Hkv, p.G, p.T, p.S)
+        # grouped-query attention by reshape: the G query heads that share K/V head j stack as rows of one block
+        q = p.q.reshape(*lead, Hkv, G * T, p.D).astype(dtype, copy=False)  # (..., Hkv, G·T, D)
+        k, v = p.k.astype(dtype, copy=False), p.v.astype(dtype, copy=False)  # (..., Hkv, S, D|Dv); float16: a copy
+        scores = (q * dtype.type(p.scale)) @ k.swapaxes(-1, -2)  # (..., Hkv, G·T, S): one product reads K once
+        weights = softmax(scores.reshape(*lead, Hkv, G, T, S), p.grouped_mask(p.allowed()))  # masked: exactly 0
+        out = weights.reshape(scores.shape) @ v  # (..., Hkv, G·T, Dv)
     out = p.restore(out.reshape(*p.q.shape[:-1], p.Dv).astype(p.q.dtype, copy=False))  # (..., H, T, Dv)
     if return_weights:
         return out, p.restore(weights.reshape(*p.q.shape[:-1], p.S).astype(p.q.dtype, copy=False))  # (..., H, T, S)
