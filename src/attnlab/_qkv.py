@@ -150,6 +150,18 @@ def check_causal_fits(causal: bool, T: int, S: int) -> None:
         raise ValueError(f"T={T} queries cannot be the last T positions of S={S} keys; expected T <= S")
 
 
+def prepare_mask(mask, causal: bool, q_shape: tuple[int, ...], S: int) -> np.ndarray | None:
+    """Combine a user mask with the causal mask, checked against the full score shape ``(..., H, T, S)`` (for a
+    function that takes ``q`` without the rest of :func:`prepare_qkv`)."""
+    T = q_shape[-2]
+    if mask is not None:
+        mask = broadcast_mask(mask, (*q_shape[:-1], S))
+    if causal:
+        c = causal_mask(T, S)
+        mask = c if mask is None else mask & c
+    return mask
+
+
 def group_query_heads(x: np.ndarray, Hkv: int) -> np.ndarray:
     """View ``(..., H, T, X)`` as ``(..., Hkv, G, T, X)``: query head ``h`` uses key/value head ``h // G``.
 

@@ -271,6 +271,11 @@ def _real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
 
 
+def _one_blas_thread():
+    """``limit_threads(1)``, under the name other modules of the package import."""
+    return limit_threads(1)
+
+
 class Adam:
     """Adam (Kingma & Ba, 2015): ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g²``, ``x -= lr m̂ / (sqrt(v̂) + eps)``
     with the bias corrections ``m̂ = m / (1 - b1^t)``, ``v̂ = v / (1 - b2^t)``."""
