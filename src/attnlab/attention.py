@@ -74,8 +74,9 @@ def attention(q, k, v, mask=None, *, causal: bool = False, scale=None, return_we
         q = p.q.reshape(*lead, Hkv, G * T, p.D).astype(dtype, copy=False)  # (..., Hkv, G·T, D)
         k, v = p.k.astype(dtype, copy=False), p.v.astype(dtype, copy=False)  # (..., Hkv, S, D|Dv); float16: a copy
         scores = (q * dtype.type(p.scale)) @ k.swapaxes(-1, -2)  # (..., Hkv, G·T, S): one product reads K once
-        weights = softmax(scores.reshape(*lead, Hkv, G, T, S), p.grouped_mask(p.allowed()))  # masked: exactly 0
-        out = weights.reshape(scores.shape) @ v  # (..., Hkv, G·T, Dv)
+        scores = scores.reshape(*lead, Hkv, G, T, S)  # (..., Hkv, G, T, S)
+        weights = softmax(scores, p.grouped_mask(p.allowed()), out=scores)  # in place: the matrix is held once
+        out = weights.reshape(*lead, Hkv, G * T, S) @ v  # (..., Hkv, G·T, Dv)
     out = p.restore(out.reshape(*p.q.shape[:-1], p.Dv).astype(p.q.dtype, copy=False))  # (..., H, T, Dv)
     if return_weights:
         return out, p.restore(weights.reshape(*p.q.shape[:-1], p.S).astype(p.q.dtype, copy=False))  # (..., H, T, S)
