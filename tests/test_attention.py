@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tracemalloc
 
 import numpy as np
@@ -36,9 +37,17 @@ SIZES = [
 ]
 
 
+@pytest.fixture(params=["textbook", "fast"])
+def path(request, monkeypatch):
+    """Run a test through the textbook lines of ``attention`` or through its blocked fast path, whatever the size."""
+    threshold = 0 if request.param == "fast" else np.inf
+    monkeypatch.setattr(sys.modules["attnlab.attention"], "FAST_PATH_MIN_SCORES", threshold)
+    return request.param
+
+
 @pytest.mark.parametrize("batch, H, Hkv, T, S, D, Dv", SIZES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_matches_oracle(batch, H, Hkv, T, S, D, Dv, causal):
+def test_matches_oracle(batch, H, Hkv, T, S, D, Dv, causal, path):
     q, k, v = make_qkv(batch=batch, H=H, Hkv=Hkv, T=T, S=S, D=D, Dv=Dv, seed=T * S + H)
     out, w = attention(q, k, v, causal=causal, return_weights=True)
     ref, ref_w = oracle.attention(q, k, v, causal=causal, return_weights=True)
@@ -89,7 +98,48 @@ def test_every_mask_matches_oracle(name, H, Hkv, T, S):
         assert np.all(w[~allowed] == 0.0), "masked keys get weight exactly 0"
 
 
-def test_fully_masked_rows_give_zero_output():
+@pytest.mark.parametrize("name", MASK_NAMES)
+@pytest.mark.parametrize("H, Hkv, T, S", [(4, 4, 9, 9), (4, 2, 5, 9), (2, 1, 9, 13)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_fast_path_agrees_with_the_textbook_lines(monkeypatch, name, H, Hkv, T, S, dtype):
+    """The blocked, multi-threaded path computes what the textbook lines compute, to rounding, with exact zeros where
+    the mask forbids; block sizes of a few rows and a 2-D single head included."""
+    module = sys.modules["attnlab.attention"]
+    mask = masks_for(2, H, T, S, np.random.default_rng(S))[name]
+    q, k, v = make_qkv(batch=(2,), H=H, Hkv=Hkv, T=T, S=S, D=4, seed=3, dtype=dtype)
+    tol = dict(rtol=1e-12, atol=1e-13) if dtype == np.float64 else dict(rtol=2e-6, atol=1e-6)
+    if dtype == np.float16:
+        tol = dict(rtol=0, atol=2e-3)  # both compute in float32 and round to float16: at most an ulp apart
+    for causal in (False, True):
+        monkeypatch.setattr(module, "FAST_PATH_MIN_SCORES", np.inf)
+        textbook = attention(q, k, v, mask, causal=causal, return_weights=True)
+        monkeypatch.setattr(module, "FAST_PATH_MIN_SCORES", 0)
+        for block in (2 * S, 1 << 18):  # a block of a few query rows, and every row of a head in one block
+            monkeypatch.setattr(module, "ROW_BLOCK_ELEMENTS", block)
+            fast = attention(q, k, v, mask, causal=causal, return_weights=True)
+            for a, b in zip(fast, textbook):
+                assert a.dtype == b.dtype == dtype and a.shape == b.shape
+                np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), **tol)
+            assert np.array_equal(fast[1] == 0, textbook[1] == 0), "the same weights are exactly zero"
+    monkeypatch.setattr(module, "FAST_PATH_MIN_SCORES", 0)
+    one = attention(q[0, 0], k[0, 0], v[0, 0], causal=True)
+    monkeypatch.setattr(module, "FAST_PATH_MIN_SCORES", np.inf)
+    np.testing.assert_allclose(one.astype(np.float64), attention(q[0, 0], k[0, 0], v[0, 0], causal=True), **tol)
+
+
+def test_large_inputs_take_the_fast_path(monkeypatch):
+    module = sys.modules["attnlab.attention"]
+    calls = []
+    real = module._attention_blocked
+    monkeypatch.setattr(module, "_attention_blocked", lambda *a: calls.append(1) or real(*a))
+    attention(*make_qkv(H=1, T=8, S=8))
+    assert calls == []
+    T = int(np.sqrt(module.FAST_PATH_MIN_SCORES)) + 1
+    attention(*make_qkv(H=1, T=T, S=T, D=2, dtype=np.float32))
+    assert calls == [1]
+
+
+def test_fully_masked_rows_give_zero_output(path):
     q, k, v = make_qkv(H=2, T=3, S=4)
     mask = np.ones((2, 3, 4), dtype=bool)
     mask[1, 2] = False  # head 1, query 2 may attend nothing

@@ -211,6 +211,48 @@ def test_attention_backward_property_oracle_and_directional_derivative(hk, T, S,
                                                             for gr, ui in zip(grads, u)))
 
 
+@pytest.mark.parametrize("kind", ["none", "causal", "padding", "document+padding", "dead rows", "random per head"])
+@pytest.mark.parametrize("H, Hkv, T, S", [(4, 4, 9, 9), (4, 2, 5, 9), (4, 1, 1, 9), (2, 1, 9, 13)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_fast_path_agrees_with_the_textbook_lines(monkeypatch, kind, H, Hkv, T, S, dtype):
+    """attention_backward's blocked, multi-threaded path gives the textbook lines' gradients, to rounding, with
+    blocks of a few query rows and whole heads; a 2-D single head included."""
+    q, k, v = make_qkv(batch=(2,), H=H, Hkv=Hkv, T=T, S=S, D=3, Dv=2, seed=T * S, dtype=dtype)
+    dout = np.random.default_rng(5).standard_normal((2, H, T, 2)).astype(dtype)
+    mask, causal = make_mask(kind, 2, H, T, S, seed=T + S)
+    tol = {np.float64: dict(rtol=1e-11, atol=1e-12), np.float32: dict(rtol=1e-5, atol=1e-5),
+           np.float16: dict(rtol=0, atol=3e-3)}[dtype]  # float16: both round float32 results, an ulp apart
+    monkeypatch.setattr(attnlab.backward, "FAST_PATH_MIN_SCORES", np.inf)
+    textbook = attention_backward(q, k, v, dout, mask, causal=causal)
+    one_textbook = attention_backward(q[0, 0], k[0, 0], v[0, 0], dout[0, 0], causal=causal)
+    monkeypatch.setattr(attnlab.backward, "FAST_PATH_MIN_SCORES", 0)
+    for block in (2 * S, 1 << 18):  # a block of a few query rows, and every row of a head in one block
+        monkeypatch.setattr(attnlab.backward, "ROW_BLOCK_ELEMENTS", block)
+        for got, expected in zip(attention_backward(q, k, v, dout, mask, causal=causal), textbook):
+            assert got.dtype == expected.dtype == dtype and got.shape == expected.shape
+            np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), **tol)
+    for got, expected in zip(attention_backward(q[0, 0], k[0, 0], v[0, 0], dout[0, 0], causal=causal), one_textbook):
+        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), **tol)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_weights_kept_from_the_forward_give_the_same_gradients(monkeypatch, fast):
+    monkeypatch.setattr(attnlab.backward, "FAST_PATH_MIN_SCORES", 0 if fast else np.inf)
+    q, k, v = make_qkv(batch=(2,), H=4, Hkv=2, T=5, S=7, D=3, seed=1)
+    dout = np.random.default_rng(2).standard_normal((2, 4, 5, 3))
+    mask = with_dead_rows(None, (2, 4, 5, 7))
+    _, P = attention(q, k, v, mask, causal=True, scale=0.7, return_weights=True)
+    for got, expected in zip(attention_backward(q, k, v, dout, mask, causal=True, scale=0.7, weights=P),
+                             attention_backward(q, k, v, dout, mask, causal=True, scale=0.7)):
+        np.testing.assert_array_equal(got, expected)
+    _, P1 = attention(q[0, 0], k[0, 0], v[0, 0], return_weights=True)
+    for got, expected in zip(attention_backward(q[0, 0], k[0, 0], v[0, 0], dout[0, 0], weights=P1),
+                             attention_backward(q[0, 0], k[0, 0], v[0, 0], dout[0, 0])):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match=r"weights must have shape \(2, 4, 5, 7\) \(the scores'.*got \(2, 4, 7, 5\)"):
+        attention_backward(q, k, v, dout, weights=P.swapaxes(-1, -2))
+
+
 def test_gqa_gradients_are_the_sums_over_each_group():
     """dk, dv of a shared head equal the sum of the gradients of its copies under repeat (np.repeat: h // G)."""
     q, k, v = make_qkv(batch=(2,), H=6, Hkv=2, T=4, S=5, D=3)
@@ -226,9 +268,9 @@ def test_everything_masked_gives_zero_gradients_without_warnings():
     q, k, v = make_qkv(batch=(2,), H=2, T=3, S=4, D=2)
     dout = np.ones((2, 2, 3, 2))
     mask = np.zeros((3, 4), dtype=bool)
+    forward = tiled_attention(q, k, v, mask, return_lse=True)
     for grads in (attention_backward(q, k, v, dout, mask),
-                  tiled_attention_backward(q, k, v, *tiled_attention(q, k, v, mask, return_lse=True)[:1], dout,
-                                           tiled_attention(q, k, v, mask, return_lse=True)[1], mask, Br=2, Bc=3)):
+                  tiled_attention_backward(q, k, v, forward.out, dout, forward.lse, mask, Br=2, Bc=3)):
         for gr in grads:
             assert np.all(gr == 0)
 

@@ -52,8 +52,10 @@ def test_grouped_query_heads_share_one_product_and_match_repeat_kv(T, S, Hkv):
 
 @pytest.mark.parametrize("block_elements", [8, 64, 1 << 18])
 def test_every_row_block_layout_matches_repeat_kv(monkeypatch, block_elements):
-    # small blocks of query rows take the (G, r, D) @ (D, S) path, whole rows the folded (G·r, D) @ (D, S) one
+    # small blocks of query rows take the (G, r, D) @ (D, S) path, whole rows the folded (G·r, D) @ (D, S) one; the
+    # inputs are small, so the blocked fast path is switched on by hand
     monkeypatch.setattr(sys.modules["attnlab.attention"], "ROW_BLOCK_ELEMENTS", block_elements)
+    monkeypatch.setattr(sys.modules["attnlab.attention"], "FAST_PATH_MIN_SCORES", 0)
     rng = np.random.default_rng(block_elements)
     q = rng.standard_normal((6, 7, 4))
     k, v = rng.standard_normal((2, 2, 9, 4))

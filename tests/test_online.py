@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import tracemalloc
 
 import numpy as np
@@ -13,6 +14,8 @@ from hypothesis.extra import numpy as hnp
 
 import oracle
 from attnlab import (
+    TiledResult,
+    TiledStats,
     attention,
     causal_mask,
     combine_masks,
@@ -126,6 +129,28 @@ def test_tiled_equals_full_under_every_mask(hk, T, extra, Br, Bc, kind, causal, 
     mask = make_mask(kind, 2, H, T, S, seed)
     got = tiled_attention(q, k, v, mask, causal=causal, Br=Br, Bc=Bc)
     np.testing.assert_allclose(got, attention(q, k, v, mask, causal=causal), **TOL)
+
+
+@pytest.mark.parametrize("one_head", [False, True])
+def test_one_return_convention_the_output_alone_unless_asked_then_a_named_result(one_head):
+    q, k, v = make_qkv(batch=(2,), H=2, T=5, S=7, D=3)
+    if one_head:
+        q, k, v = q[0, 0], k[0, 0], v[0, 0]
+    out = tiled_attention(q, k, v, causal=True, Br=2, Bc=3)
+    assert isinstance(out, np.ndarray) and out.shape == q.shape
+    full = tiled_attention(q, k, v, causal=True, Br=2, Bc=3, return_lse=True, return_stats=True)
+    assert isinstance(full, TiledResult) and isinstance(full.stats, TiledStats)
+    assert full.lse.shape == q.shape[:-1] and np.array_equal(full.out, out)
+    for flags, names in (({"return_lse": True}, ("out", "lse")), ({"return_stats": True}, ("out", "stats")),
+                         ({"return_lse": True, "return_stats": True}, ("out", "lse", "stats"))):
+        result = tiled_attention(q, k, v, causal=True, Br=2, Bc=3, **flags)
+        unpacked = tuple(result)  # what was asked for, in the order of the flags
+        assert len(unpacked) == len(names)
+        for name, got in zip(names, unpacked):
+            assert got is getattr(result, name)
+            expected = getattr(full, name)
+            assert got == expected if name == "stats" else np.array_equal(got, expected)
+        assert (result.lse is None) != ("lse" in names) and (result.stats is None) != ("stats" in names)
 
 
 def test_tiled_two_dimensional_inputs_and_scale():
@@ -296,8 +321,11 @@ def peak_bytes(fn, *args, **kwargs):
         tracemalloc.stop()
 
 
-def test_tiled_memory_grows_linearly_full_attention_quadratically():
-    """S -> 4S: the tiled pass holds O(S) (its output and one tile), the full pass the O(S²) score matrix."""
+@pytest.mark.parametrize("fast_path_min_scores", [0, np.inf])
+def test_tiled_memory_grows_linearly_full_attention_quadratically(monkeypatch, fast_path_min_scores):
+    """S -> 4S: the tiled pass holds O(S) (its output and one tile), the full pass the O(S²) score matrix (in its
+    textbook lines and in its blocked fast path alike)."""
+    monkeypatch.setattr(sys.modules["attnlab.attention"], "FAST_PATH_MIN_SCORES", fast_path_min_scores)
     S1, S2 = 256, 1024
     small = make_qkv(H=1, T=S1, D=16)
     large = make_qkv(H=1, T=S2, D=16)

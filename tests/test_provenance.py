@@ -26,7 +26,10 @@ from attnlab.exercises import _agent, _provenance, answering_code, exercise_ids,
     ("7.1", "attnlab.backward.softmax_backward_inplace"),
     ("6.1", "attnlab.tiled_attention"),  # in the module that implements online_softmax
     ("2.2", "attnlab.attention"),
-    ("2.1", "attnlab._qkv.prepare_mask"),  # a private helper that uses causal_mask
+    ("2.1", "attnlab._qkv.QKV"),  # a private helper that uses causal_mask
+    ("2.1", "attnlab._qkv.prepare_qkv"),  # and one that uses it
+    ("6.3", "attnlab.attention._attention_blocked"),  # a fast path
+    ("7.1", "attnlab.backward._attention_backward_blocked"),
 ])
 def test_the_answering_code_is_derived_and_covers_private_helpers(exercise_id, dotted):
     assert dotted in answering_code(exercise_id).values()

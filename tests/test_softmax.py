@@ -161,3 +161,20 @@ def test_float32_error_within_a_small_factor_of_plain_float32(rng):
     err_plain = np.abs(plain_float32_softmax(x).astype(np.float64) - exact).max()
     assert softmax(x).dtype == np.float32
     assert err <= 2 * err_plain + np.finfo(np.float32).eps * exact.max()
+
+
+def test_out_writes_the_weights_in_place_and_is_checked():
+    from attnlab import softmax as sm
+
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    mask = np.arange(5) < 3
+    expected = sm(x, mask)
+    buf = x.copy()
+    assert sm(buf, mask, out=buf) is buf
+    np.testing.assert_array_equal(buf, expected)
+    other = np.empty_like(x)
+    assert sm(x, mask, out=other) is other and np.array_equal(other, expected)
+    np.testing.assert_allclose(sm(x.T.copy(), axis=0, out=np.empty((5, 3), np.float32)), sm(x).T, rtol=1e-6)
+    for bad in (np.empty((3, 4), np.float32), np.empty((3, 5), np.float64), [0.0] * 5):
+        with pytest.raises(ValueError, match="out must be a float32 or float64 array of the shape and dtype of scores"):
+            sm(x, out=bad)

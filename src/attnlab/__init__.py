@@ -70,7 +70,7 @@ from .model import (
     train,
     train_many,
 )
-from .online import TiledStats, online_softmax, online_softmax_stats, tiled_attention
+from .online import TiledResult, TiledStats, online_softmax, online_softmax_stats, tiled_attention
 from .position import rope
 from .recall import (
     RecallModels,
@@ -87,7 +87,7 @@ from .window import WindowStats, window_attention, window_decode
 __version__ = "0.1.0"
 
 __all__ = [
-    "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledStats", "attention", "attention_backward",
+    "Adam", "AttentionWeights", "GiB", "KVCache", "Model", "TiledResult", "TiledStats", "attention", "attention_backward",
     "attention_flops", "attention_layer", "attention_layer_backward", "causal_mask", "causal_pairs", "combine_masks",
     "copy_task", "count_tiled_io", "cross_entropy", "crossover_length", "decode", "decode_step", "decode_step_cost",
     "document_mask",

@@ -27,6 +27,17 @@ def float_array(x, name: str, *, min_ndim: int = 1) -> np.ndarray:
     return arr
 
 
+def float_dtype(dtype) -> np.dtype:
+    """Return ``dtype`` as a floating numpy dtype, or raise ``ValueError``."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != "f":
+        raise ValueError(f"dtype must be a floating-point type (float16/32/64), got {dtype!r}")
+    return dt
+
+
 def bool_array(x, name: str) -> np.ndarray:
     """Return ``x`` as a boolean ndarray (True = may attend), or raise."""
     arr = np.asarray(x)

@@ -1,18 +1,115 @@
 """The arguments every attention function shares: ``q, k, v``, the mask, grouped-query views and score tiles.
 
-``attention``, ``online`` (tiled attention) and ``backward`` all take ``q (..., H, T, D)``, ``k, v (..., Hkv, S, D)``,
-a boolean mask broadcastable to ``(..., H, T, S)`` and a ``causal`` flag. This module checks those arguments once, in
-one way, and holds the index arithmetic they share: the ``(..., Hkv, G, T, X)`` view of grouped-query attention and
-which ``Br x Bc`` tiles of the ``(T, S)`` scores a tiled pass must visit. It sits beneath the three concept modules
-(and above ``_checks`` and ``masks``), so none of them reaches into another for plumbing.
+``attention``, ``tiled_attention``, ``attention_backward`` and ``tiled_attention_backward`` all take
+``q (..., H, T, D)``, ``k, v (..., Hkv, S, D)``, a boolean mask broadcastable to ``(..., H, T, S)``, a ``causal`` flag
+and a ``scale``. :func:`prepare_qkv` checks those arguments once, in one way, and returns them as a :class:`QKV`; the
+module also holds the index arithmetic the four share: the ``(..., Hkv, G, T, X)`` view of grouped-query attention
+and which ``Br x Bc`` tiles of the ``(T, S)`` scores a tiled pass must visit. It sits beneath the concept modules (and
+above ``_checks`` and ``masks``), so none of them reaches into another for plumbing.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ._checks import broadcast_mask, float_array
+from ._checks import broadcast_mask, compute_dtype, float_array, scale_value
 from .masks import causal_mask
+
+
+@dataclass(frozen=True)
+class QKV:
+    """Checked arguments of one attention call, with at least one head axis.
+
+    ``q (..., H, T, D)``, ``k (..., Hkv, S, D)``, ``v (..., Hkv, S, Dv)`` as given (a 2-D single head has gained a
+    head axis, which :meth:`restore` removes again from the results), the user's boolean ``mask`` checked against
+    ``(..., H, T, S)`` (the causal mask is not folded in: :meth:`allowed` does that for whoever wants the whole
+    matrix), the ``causal`` flag and the ``scale`` (``1/sqrt(D)`` by default).
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray | None
+    causal: bool
+    scale: float
+    one_head: bool
+
+    H = property(lambda self: self.q.shape[-3])
+    Hkv = property(lambda self: self.k.shape[-3])
+    G = property(lambda self: self.q.shape[-3] // self.k.shape[-3])
+    T = property(lambda self: self.q.shape[-2])
+    S = property(lambda self: self.k.shape[-2])
+    D = property(lambda self: self.q.shape[-1])
+    Dv = property(lambda self: self.v.shape[-1])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The compute dtype: float16 is computed in float32, otherwise the common type of ``q, k, v``."""
+        return compute_dtype(self.q, self.k, self.v)
+
+    @property
+    def n_scores(self) -> int:
+        """How many scores the whole ``(..., H, T, S)`` matrix holds."""
+        return self.q.size // self.D * self.S
+
+    def allowed(self) -> np.ndarray | None:
+        """What may be attended, broadcastable to ``(..., H, T, S)``: the mask and, if causal, the causal mask."""
+        mask = self.mask
+        if self.causal:
+            c = causal_mask(self.T, self.S)  # (T, S)
+            mask = c if mask is None else mask & c
+        return mask
+
+    def grouped_mask(self, mask: np.ndarray | None) -> np.ndarray | None:
+        """``mask`` (broadcastable to ``(..., H, T, S)``) broadcast to the grouped ``(..., Hkv, G, T, S)``."""
+        if mask is None:
+            return None
+        lead = self.q.shape[:-3]
+        return np.broadcast_to(group_mask(mask, self.q.ndim, self.H, self.Hkv),
+                               (*lead, self.Hkv, self.G, self.T, self.S))
+
+    def check_like_out(self, x, name: str) -> np.ndarray:
+        """Check that ``x`` has the output's shape ``(..., H, T, Dv)`` as the caller gave it; add the head axis too."""
+        shape = (*self.q.shape[:-1], self.Dv)
+        x = check_shaped(x, name, shape[1:] if self.one_head else shape, "the output's: q's (..., H, T) and v's Dv")
+        return x[None] if self.one_head else x
+
+    def check_like_scores(self, x, name: str) -> np.ndarray:
+        """Check that ``x`` has the scores' shape ``(..., H, T, S)`` as the caller gave it; add the head axis too."""
+        shape = (*self.q.shape[:-1], self.S)
+        x = check_shaped(x, name, shape[1:] if self.one_head else shape, "the scores': q's (..., H, T) and k's S")
+        return x[None] if self.one_head else x
+
+    def check_per_row(self, x, name: str, what: str) -> np.ndarray:
+        """Check that ``x`` has one number per query row, ``(..., H, T)``; add the head axis too."""
+        shape = self.q.shape[:-1]
+        x = check_shaped(x, name, shape[1:] if self.one_head else shape, what)
+        return x[None] if self.one_head else x
+
+    def restore(self, x: np.ndarray) -> np.ndarray:
+        """Remove the head axis that a 2-D single-head call gained."""
+        return x[0] if self.one_head else x
+
+
+def prepare_qkv(q, k, v, mask=None, *, causal: bool = False, scale=None) -> QKV:
+    """Check the arguments of an attention call and return them as a :class:`QKV`.
+
+    Raises ``ValueError`` naming what was expected and what was given: mismatched shapes (:func:`check_qkv`), a mask
+    that is not boolean or does not broadcast to ``(..., H, T, S)``, a scale that is not a positive finite number,
+    and, for a causal call, more queries than keys (the queries are the last ``T`` of ``S`` positions).
+    """
+    q, k, v = check_qkv(q, k, v)
+    one_head = q.ndim == 2
+    if one_head:  # a single head (T, D): the mask must broadcast to (T, S); then add the head axis
+        if mask is not None:
+            broadcast_mask(mask, (q.shape[0], k.shape[0]))
+        q, k, v = q[None], k[None], v[None]
+    scale = scale_value(scale, q.shape[-1])
+    mask = None if mask is None else broadcast_mask(mask, (*q.shape[:-1], k.shape[-2]))
+    check_causal_fits(causal, q.shape[-2], k.shape[-2])
+    return QKV(q, k, v, mask, bool(causal), scale, one_head)
 
 
 def check_qkv(q, k, v):
@@ -54,11 +151,11 @@ def check_causal_fits(causal: bool, T: int, S: int) -> None:
 
 
 def prepare_mask(mask, causal: bool, q_shape: tuple[int, ...], S: int) -> np.ndarray | None:
-    """Combine a user mask with the causal mask, checked against the full score shape ``(..., H, T, S)``."""
+    """Combine a user mask with the causal mask, checked against the full score shape ``(..., H, T, S)`` (for a
+    function that takes ``q`` without the rest of :func:`prepare_qkv`)."""
     T = q_shape[-2]
-    score_shape = (*q_shape[:-1], S)
     if mask is not None:
-        mask = broadcast_mask(mask, score_shape)
+        mask = broadcast_mask(mask, (*q_shape[:-1], S))
     if causal:
         c = causal_mask(T, S)
         mask = c if mask is None else mask & c

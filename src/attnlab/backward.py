@@ -15,26 +15,25 @@ each row from the forward and recomputes each tile's weights as ``P_ij = exp(S_i
 linearly in ``S``. Under grouped-query attention a key/value head serves ``G`` query heads, so its ``dK`` and ``dV``
 are the sums over those ``G`` heads. Masked entries have ``P = 0``, hence ``dS = 0``: a row with no allowed key gets
 zero gradients.
+
+Names: ``D`` is the head width, as everywhere in attnlab; the paper's ``D`` (one number per query row) is written
+``D_i`` for the rows of a block and ``Dg`` for all of them. :func:`attention_backward` is the five lines above; from
+``FAST_PATH_MIN_SCORES`` scores on it hands them to ``_attention_backward_blocked`` (below the line), which evaluates
+them in blocks of query rows that stay in a core's cache, on every core.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import broadcast_mask, compute_dtype, float_array, positive_int, scale_value
+from ._checks import compute_dtype, float_array, positive_int
 from ._parallel import MIN_PARALLEL_ELEMENTS, ROW_BLOCK_ELEMENTS, run_blocks, workers
-from ._qkv import (
-    check_causal_fits,
-    check_qkv,
-    check_shaped,
-    group_mask,
-    group_query_heads,
-    prepare_mask,
-    query_blocks,
-    tile_mask,
-)
+from ._qkv import QKV, group_query_heads, prepare_qkv, query_blocks, tile_mask
 from .attention import attention
 from .softmax import mask_inplace
+
+# From this many scores on (the whole (..., H, T, S) matrix), attention_backward takes the blocked, multi-threaded path.
+FAST_PATH_MIN_SCORES = MIN_PARALLEL_ELEMENTS
 
 
 def softmax_backward(weights, dweights, axis: int = -1) -> np.ndarray:
@@ -93,7 +92,7 @@ def softmax_backward_inplace(P: np.ndarray, dP: np.ndarray) -> np.ndarray:
     return dP
 
 
-def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=None):
+def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=None, weights=None):
     """Gradients of :func:`attnlab.attention` with respect to ``q``, ``k`` and ``v``, with the weights held whole.
 
     Parameters
@@ -104,6 +103,9 @@ def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=
         last ``T`` of ``S`` positions) and the scale (default ``1 / sqrt(D)``).
     dout : (..., H, T, Dv) ndarray
         ``dO``, the gradient of the loss with respect to the output of ``attention(q, k, v, mask, ...)``.
+    weights : (..., H, T, S) ndarray, optional
+        ``P``, the weights of that forward pass (``attention(..., return_weights=True)``), if they were kept, as
+        autograd keeps them; by default they are computed again.
 
     Returns
     -------
@@ -139,53 +141,25 @@ def attention_backward(q, k, v, dout, mask=None, *, causal: bool = False, scale=
     >>> bool(np.allclose(dv, P.swapaxes(-1, -2) @ dout))  # dV = Pᵀ dO
     True
     """
-    q, k, v = check_qkv(q, k, v)
-    dout = check_shaped(dout, "dout", (*q.shape[:-1], v.shape[-1]), "the output's: q's (..., H, T) and v's Dv")
-    if q.ndim == 2:  # a single head: add the head axis and remove it again
-        if mask is not None:
-            broadcast_mask(mask, (q.shape[0], k.shape[0]))
-        dq, dk, dv = attention_backward(q[None], k[None], v[None], dout[None], mask, causal=causal, scale=scale)
-        return dq[0], dk[0], dv[0]
-    T, d_k, S, Hkv, Dv = q.shape[-2], q.shape[-1], k.shape[-2], k.shape[-3], v.shape[-1]
-    scale = scale_value(scale, d_k)
-    check_causal_fits(causal, T, S)
-    mask = prepare_mask(mask, causal, q.shape, S)
-    dtype = compute_dtype(q, k, v, dout)
-    q_, k_, v_, dO = (a.astype(dtype, copy=False) for a in (q, k, v, dout))  # a copy only for float16
-
-    _, P = attention(q_, k_, v_, mask, scale=scale, return_weights=True)  # (..., H, T, S): every weight, held whole
-    Pg, Qg, dOg = (group_query_heads(a, Hkv) for a in (P, q_, dO))  # (..., Hkv, G, T, S|D|Dv)
-    lead, G = Pg.shape[:-3], Pg.shape[-3]  # lead = (..., Hkv)
-    dq = np.empty((*lead, G, T, d_k), dtype=dtype)  # (..., Hkv, G, T, D)
-    step = max(1, ROW_BLOCK_ELEMENTS // (G * S))  # rows per block, so that a block of dP stays in cache
-
-    def rows(idx, r0, r1):
-        """Rows r0:r1 of dQ for one key/value head, and their share of its dK and dV (summed by the caller)."""
-        K, V = k_[idx], v_[idx]  # (S, D), (S, Dv)
-        dK, dV = np.zeros((S, d_k), dtype=dtype), np.zeros((S, Dv), dtype=dtype)
-        buf = np.empty((G, min(step, r1 - r0), S), dtype=dtype)
-        for a in range(r0, r1, step):
-            b = min(a + step, r1)
-            P_, Q_, dO_ = Pg[idx][:, a:b], Qg[idx][:, a:b], dOg[idx][:, a:b]  # (G, r, S), (G, r, D), (G, r, Dv)
-            dS = np.matmul(dO_, V.T, out=buf[:, : b - a])  # dP = dO Vᵀ  (G, r, S)
-            softmax_backward_inplace(P_, dS)  # dS = P ∘ (dP - rowsum(P ∘ dP))
-            np.matmul(dS, K, out=dq[idx][:, a:b])  # dQ = dS K  (G, r, D), times scale below
-            for g in range(G):  # a key/value head's gradient sums over its G query heads
-                dV += P_[g].T @ dO_[g]  # dV = Pᵀ dO  (S, Dv)
-                dK += dS[g].T @ Q_[g]  # dK = dSᵀ Q  (S, D), times scale below
-        return idx, dK, dV
-
-    n_lead = int(np.prod(lead, dtype=np.int64))
-    per_task = min(T, max(step, -(-T * n_lead // (4 * workers()))))  # a few tasks per core
-    tasks = [(idx, r0, min(r0 + per_task, T)) for idx in np.ndindex(*lead) for r0 in range(0, T, per_task)]
-    dk, dv = np.zeros((*lead, S, d_k), dtype=dtype), np.zeros((*lead, S, Dv), dtype=dtype)
-    for idx, dK, dV in run_blocks(rows, tasks, P.size):
-        dk[idx] += dK
-        dv[idx] += dV
-    dq *= dtype.type(scale)  # dQ = dS K · scale
-    dk *= dtype.type(scale)  # dK = dSᵀ Q · scale
-    return (dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False),
-            dv.astype(v.dtype, copy=False))
+    p = prepare_qkv(q, k, v, mask, causal=causal, scale=scale)  # checked; a 2-D head gains a head axis
+    dout = p.check_like_out(dout, "dout")  # (..., H, T, Dv)
+    dtype = compute_dtype(p.q, p.k, p.v, dout)  # float16 is computed in float32
+    P = None if weights is None else p.check_like_scores(weights, "weights").astype(dtype, copy=False)  # (..., T, S)
+    if p.n_scores >= FAST_PATH_MIN_SCORES:
+        dq, dk, dv = _attention_backward_blocked(p, dout, P, dtype)  # the same lines, cache-blocked, on every core
+    else:
+        q, k, v, dO = (a.astype(dtype, copy=False) for a in (p.q, p.k, p.v, dout))  # a copy only for float16
+        if P is None:
+            _, P = attention(q, k, v, p.mask, causal=causal, scale=p.scale, return_weights=True)  # (..., H, T, S)
+        Qg, Pg, dOg = (group_query_heads(a, p.Hkv) for a in (q, P, dO))  # (..., Hkv, G, T, D|S|Dv)
+        K, V = k[..., None, :, :], v[..., None, :, :]  # (..., Hkv, 1, S, D|Dv): broadcast over the G query heads
+        dv = (Pg.swapaxes(-1, -2) @ dOg).sum(axis=-3)  # dV = Pᵀ dO, summed over the G heads  (..., Hkv, S, Dv)
+        dP = dOg @ V.swapaxes(-1, -2)  # dP = dO Vᵀ  (..., Hkv, G, T, S)
+        dS = softmax_backward(Pg, dP)  # dS = P ∘ (dP - rowsum(P ∘ dP))
+        dq = dS @ K * dtype.type(p.scale)  # dQ = dS K · scale  (..., Hkv, G, T, D)
+        dk = (dS.swapaxes(-1, -2) @ Qg).sum(axis=-3) * dtype.type(p.scale)  # dK = dSᵀ Q · scale  (..., Hkv, S, D)
+    return (p.restore(dq.reshape(p.q.shape).astype(p.q.dtype, copy=False)),  # (..., H, T, D)
+            p.restore(dk.astype(p.k.dtype, copy=False)), p.restore(dv.astype(p.v.dtype, copy=False)))
 
 
 def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool = False, scale=None,
@@ -250,43 +224,31 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     >>> all(np.allclose(a, b) for a, b in zip(grads, attention_backward(q, k, v, dout, causal=True)))
     True
     """
-    q, k, v = check_qkv(q, k, v)
-    out_shape = (*q.shape[:-1], v.shape[-1])
-    out = check_shaped(out, "out", out_shape, "the output's: q's (..., H, T) and v's Dv")
-    dout = check_shaped(dout, "dout", out_shape, "the output's: q's (..., H, T) and v's Dv")
-    lse = check_shaped(lse, "lse", q.shape[:-1], "q's (..., H, T): one log-sum-exp per query row")
-    if q.ndim == 2:  # a single head: add the head axis and remove it again
-        if mask is not None:
-            broadcast_mask(mask, (q.shape[0], k.shape[0]))
-        dq, dk, dv = tiled_attention_backward(q[None], k[None], v[None], out[None], dout[None], lse[None], mask,
-                                              causal=causal, scale=scale, Br=Br, Bc=Bc)
-        return dq[0], dk[0], dv[0]
+    p = prepare_qkv(q, k, v, mask, causal=causal, scale=scale)  # checked; a 2-D head gains a head axis
+    out, dout = p.check_like_out(out, "out"), p.check_like_out(dout, "dout")  # (..., H, T, Dv)
+    lse = p.check_per_row(lse, "lse", "q's (..., H, T): one log-sum-exp per query row")  # (..., H, T)
     Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
-    # the head width is d_k here: D is the paper's rowsum(dO ∘ O)
-    T, d_k, S, Hkv, Dv = q.shape[-2], q.shape[-1], k.shape[-2], k.shape[-3], v.shape[-1]
-    scale = scale_value(scale, d_k)
-    mask = prepare_mask(mask, False, q.shape, S)  # the causal part is index arithmetic per tile, as in the forward
-    check_causal_fits(causal, T, S)
-    dtype = compute_dtype(q, k, v, out, dout)
+    T, D, S, Hkv, Dv, scale = p.T, p.D, p.S, p.Hkv, p.Dv, p.scale
+    dtype = compute_dtype(p.q, p.k, p.v, out, dout)  # float16 is computed in float32
 
-    Qg = group_query_heads(q.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, D), a copy only for float16
-    k_, v_ = k.astype(dtype, copy=False), v.astype(dtype, copy=False)
+    Qg = group_query_heads(p.q.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, D), a copy only for float16
+    k_, v_ = p.k.astype(dtype, copy=False), p.v.astype(dtype, copy=False)
     dOg = group_query_heads(dout.astype(dtype, copy=False), Hkv)  # (..., Hkv, G, T, Dv)
     Og = group_query_heads(out, Hkv)
-    Dg = np.einsum("...d,...d->...", dOg, Og, dtype=dtype)[..., None]  # D = rowsum(dO ∘ O)  (..., Hkv, G, T, 1)
+    Dg = np.einsum("...d,...d->...", dOg, Og, dtype=dtype)[..., None]  # the paper's D = rowsum(dO ∘ O)  (..., T, 1)
     Lg = group_query_heads(lse[..., None].astype(dtype), Hkv)  # L, a copy  (..., Hkv, G, T, 1)
     Lg[np.isneginf(Lg)] = np.inf  # a row with no allowed key: P = exp(S - inf) = 0, with no -inf - -inf = NaN
     lead, G = Qg.shape[:-3], Qg.shape[-3]  # lead = (..., Hkv)
-    gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, q.shape[-3], Hkv), (*lead, G, T, S))
-    dq = np.zeros((*lead, G, T, d_k), dtype=dtype)  # (..., Hkv, G, T, D), accumulated over key blocks
-    dk = np.empty((*lead, S, d_k), dtype=dtype)  # (..., Hkv, S, D), each block written once
+    gmask = p.grouped_mask(p.mask)  # (..., Hkv, G, T, S) or None; the causal part is index arithmetic per tile
+    dq = np.zeros((*lead, G, T, D), dtype=dtype)  # (..., Hkv, G, T, D), accumulated over key blocks
+    dk = np.empty((*lead, S, D), dtype=dtype)  # (..., Hkv, S, D), each block written once
     dv = np.empty((*lead, S, Dv), dtype=dtype)  # (..., Hkv, S, Dv)
 
     def key_block(idx, j0, j1, dQ):
         """dK_j and dV_j of keys j0:j1 of one key/value head, and their share of its dQ, added into ``dQ (G, T, D)``."""
         K_j, V_j = k_[idx][j0:j1], v_[idx][j0:j1]  # (Bc, D), (Bc, Dv)
         K_js = K_j * dtype.type(scale)  # the scale goes on the (Bc, D) keys once, not on every (Br, D) query block
-        dK_j, dV_j = np.zeros((j1 - j0, d_k), dtype=dtype), np.zeros((j1 - j0, Dv), dtype=dtype)
+        dK_j, dV_j = np.zeros((j1 - j0, D), dtype=dtype), np.zeros((j1 - j0, Dv), dtype=dtype)
         tile = np.empty((2, G, min(Br, T), j1 - j0), dtype=dtype)  # the tiles of P_ij and dS_ij, reused
         for i0, i1 in query_blocks(j0, T, S, Br, causal):
             allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
@@ -298,7 +260,7 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
             S_ij -= Lg[idx][:, i0:i1]
             P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
             dP_ij = np.matmul(dO_i, V_j.T, out=tile[1, :, : i1 - i0])  # dP_ij = dO_i V_jᵀ  (G, Br, Bc)
-            dP_ij -= Dg[idx][:, i0:i1]
+            dP_ij -= Dg[idx][:, i0:i1]  # dP_ij - D_i
             dS_ij = np.multiply(dP_ij, P_ij, out=dP_ij)  # dS_ij = P_ij ∘ (dP_ij - D_i)
             for g in range(G):  # a key/value head's gradient sums over its G query heads
                 dV_j += P_ij[g].T @ dO_i[g]  # dV_j += P_ijᵀ dO_i  (Bc, Dv)
@@ -310,13 +272,13 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     # Where the paper adds into dQ atomically, a task here owns its dQ: all of one head's key blocks (writing into
     # dq directly) or, when there are too few heads to keep every core busy, every n-th key block of one head (into
     # its own copy of that head's dQ, summed below in a fixed order). Either way dq is the same on every run.
-    n_key_blocks, elements = -(-S // Bc), q.size // d_k * S
+    n_key_blocks, elements = -(-S // Bc), p.n_scores
     n_lead = int(np.prod(lead, dtype=np.int64))
     n = 1 if elements < MIN_PARALLEL_ELEMENTS else min(n_key_blocks, -(-4 * workers() // n_lead))  # tasks per head
 
     def task(idx, c):
         """Key blocks c, c + n, c + 2n, ... of one key/value head (interleaved, so causal work is shared evenly)."""
-        dQ = dq[idx] if n == 1 else np.zeros((G, T, d_k), dtype=dtype)
+        dQ = dq[idx] if n == 1 else np.zeros((G, T, D), dtype=dtype)
         for jb in range(c, n_key_blocks, n):
             key_block(idx, jb * Bc, min(jb * Bc + Bc, S), dQ)
         return idx, dQ
@@ -326,5 +288,54 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
         for idx, dQ in partial:  # in task order: a fixed order of additions
             dq[idx] += dQ
     dq *= dtype.type(scale)  # dQ = dS K · scale
-    return (dq.reshape(q.shape).astype(q.dtype, copy=False), dk.astype(k.dtype, copy=False),
-            dv.astype(v.dtype, copy=False))
+    return (p.restore(dq.reshape(p.q.shape).astype(p.q.dtype, copy=False)),  # (..., H, T, D)
+            p.restore(dk.astype(p.k.dtype, copy=False)), p.restore(dv.astype(p.v.dtype, copy=False)))
+
+
+# --- the fast path of attention_backward ----------------------------------------------------------------------------
+# The textbook lines write dP and dS for every head to memory and read them back several times. The blocked path
+# below evaluates the same five lines a block of query rows at a time, so that a block's dP and dS stay in a core's
+# cache, with the blocks spread over every core; each task returns its share of dK and dV, summed in a fixed order.
+# It computes dS in place (softmax_backward_inplace) and only the order of additions differs: rounding, nothing else.
+
+
+def _attention_backward_blocked(p: QKV, dout: np.ndarray, P: np.ndarray | None, dtype: np.dtype):
+    """``attention_backward``'s lines in blocks of query rows sized to a core's cache, on every core: ``dq`` grouped
+    ``(..., Hkv, G, T, D)``, ``dk (..., Hkv, S, D)``, ``dv (..., Hkv, S, Dv)``, in the compute dtype."""
+    T, D, S, Hkv, Dv, scale = p.T, p.D, p.S, p.Hkv, p.Dv, p.scale
+    q_, k_, v_, dO = (a.astype(dtype, copy=False) for a in (p.q, p.k, p.v, dout))  # a copy only for float16
+    if P is None:
+        _, P = attention(q_, k_, v_, p.mask, causal=p.causal, scale=scale, return_weights=True)  # (..., H, T, S)
+    Pg, Qg, dOg = (group_query_heads(a, Hkv) for a in (P, q_, dO))  # (..., Hkv, G, T, S|D|Dv)
+    lead, G = Pg.shape[:-3], Pg.shape[-3]  # lead = (..., Hkv)
+    dq = np.empty((*lead, G, T, D), dtype=dtype)  # (..., Hkv, G, T, D)
+    step = max(1, ROW_BLOCK_ELEMENTS // (G * S))  # rows per block, so that a block of dP stays in cache
+
+    def rows(idx, r0, r1):
+        """Rows r0:r1 of dQ for one key/value head, and their share of its dK and dV (summed by the caller)."""
+        K, V = k_[idx], v_[idx]  # (S, D), (S, Dv)
+        dK, dV = np.zeros((S, D), dtype=dtype), np.zeros((S, Dv), dtype=dtype)
+        buf = np.empty((G, min(step, r1 - r0), S), dtype=dtype)
+        for a in range(r0, r1, step):
+            b = min(a + step, r1)
+            P_, Q_, dO_ = Pg[idx][:, a:b], Qg[idx][:, a:b], dOg[idx][:, a:b]  # (G, r, S), (G, r, D), (G, r, Dv)
+            dS = np.matmul(dO_, V.T, out=buf[:, : b - a])  # dP = dO Vᵀ  (G, r, S)
+            softmax_backward_inplace(P_, dS)  # dS = P ∘ (dP - rowsum(P ∘ dP))
+            np.matmul(dS, K, out=dq[idx][:, a:b])  # dQ = dS K  (G, r, D), times scale below
+            for g in range(G):  # a key/value head's gradient sums over its G query heads
+                dV += P_[g].T @ dO_[g]  # dV = Pᵀ dO  (S, Dv)
+                dK += dS[g].T @ Q_[g]  # dK = dSᵀ Q  (S, D), times scale below
+        return idx, dK, dV
+
+    n_lead = int(np.prod(lead, dtype=np.int64))
+    per_task = min(T, max(step, -(-T * n_lead // (4 * workers()))))  # a few tasks per core
+    tasks = [(idx, r0, min(r0 + per_task, T)) for idx in np.ndindex(*lead) for r0 in range(0, T, per_task)]
+    dk, dv = np.zeros((*lead, S, D), dtype=dtype), np.zeros((*lead, S, Dv), dtype=dtype)
+    for idx, dK, dV in run_blocks(rows, tasks, P.size):
+        dk[idx] += dK
+        dv[idx] += dV
+    dq *= dtype.type(scale)  # dQ = dS K · scale
+    dk *= dtype.type(scale)  # dK = dSᵀ Q · scale
+    return dq, dk, dv
+
+

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import float_array, positive_int
+from ._checks import float_array, float_dtype, positive_int
 from .attention import attention
 
 
@@ -91,7 +91,7 @@ def init_weights(d_model: int, H: int, Hkv: int | None = None, *, seed: int = 0,
     """
     d_model, H = positive_int(d_model, "d_model"), positive_int(H, "H")
     Hkv = H if Hkv is None else positive_int(Hkv, "Hkv")
-    _float_dtype(dtype)
+    float_dtype(dtype)
     if d_model % H:
         raise ValueError(f"d_model={d_model} is not a multiple of H={H}")
     if H % Hkv:
@@ -103,16 +103,6 @@ def init_weights(d_model: int, H: int, Hkv: int | None = None, *, seed: int = 0,
         return (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(dtype)
 
     return AttentionWeights(w(d_model, H * D), w(d_model, Hkv * D), w(d_model, Hkv * D), w(H * D, d_model), H, Hkv)
-
-
-def _float_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt.kind != "f":
-        raise ValueError(f"dtype must be a floating-point type (float16/32/64), got {dtype!r}")
-    return dt
 
 
 def _check_x(x, weights: AttentionWeights) -> np.ndarray:
@@ -167,7 +157,7 @@ class KVCache:
     def __init__(self, Hkv: int, D: int, max_len: int, *, batch_shape: tuple[int, ...] = (), dtype=np.float64):
         Hkv, D, max_len = positive_int(Hkv, "Hkv"), positive_int(D, "D"), positive_int(max_len, "max_len")
         batch_shape = tuple(positive_int(n, "each entry of batch_shape") for n in batch_shape)
-        dtype = _float_dtype(dtype)
+        dtype = float_dtype(dtype)
         shape = (*batch_shape, Hkv, max_len, D)
         self._k = np.zeros(shape, dtype=dtype)
         self._v = np.zeros(shape, dtype=dtype)

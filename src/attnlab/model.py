@@ -8,18 +8,16 @@ Every part has a hand-written backward; the task in the notebook is copying, whi
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import positive_int, scale_value
-from ._parallel import _blas_controller
-from ._qkv import prepare_mask
+from ._checks import float_dtype, positive_int, scale_value
+from ._parallel import limit_threads
 from .attention import attention
 from .backward import attention_backward
-from .heads import AttentionWeights, KVCache, _float_dtype, decode_step, merge_heads, project_qkv, split_heads
+from .heads import AttentionWeights, KVCache, decode_step, merge_heads, project_qkv, split_heads
 from .softmax import softmax
 
 LAYER_PARAMS = ("W_q", "W_k", "W_v", "W_o")
@@ -117,7 +115,7 @@ def init_model(vocab: int, max_len: int, *, d_model: int = 32, H: int = 2, Hkv: 
     D = positive_int(D, "D")
     if scale is not None:
         scale_value(scale, D)
-    dtype = _float_dtype(dtype)
+    dtype = float_dtype(dtype)
     rng = np.random.default_rng(seed)
 
     def normal(*shape, var):
@@ -165,7 +163,7 @@ def _layer_forward(x, weights, mask, causal, scale):
     q, k, v = project_qkv(x, weights)  # (..., H, T, D), (..., Hkv, T, D)
     out, attn = attention(q, k, v, mask, causal=causal, scale=scale, return_weights=True)
     merged = merge_heads(out)  # (..., T, H*D)
-    return merged @ weights.W_o, attn, (x, q, k, v, merged)  # y (..., T, d_model), and what the backward needs
+    return merged @ weights.W_o, attn, (x, q, k, v, attn, merged)  # y (..., T, d_model), and what the backward needs
 
 
 def attention_layer_backward(x, weights: AttentionWeights, dy, mask=None, *, causal: bool = True, scale=None):
@@ -184,9 +182,9 @@ def attention_layer_backward(x, weights: AttentionWeights, dy, mask=None, *, cau
 
 
 def _layer_backward(saved, weights, dy, mask, causal, scale):
-    x, q, k, v, merged = saved
+    x, q, k, v, attn, merged = saved
     dO = split_heads(dy @ weights.W_o.T, weights.H)  # (..., H, T, D)
-    dq, dk, dv = attention_backward(q, k, v, dO, mask, causal=causal, scale=scale)
+    dq, dk, dv = attention_backward(q, k, v, dO, mask, causal=causal, scale=scale, weights=attn)  # P kept: not redone
     dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (..., T, H*D), (..., T, Hkv*D)
 
     def outer(a, b):  # sum over every batch axis and T: (..., T, m), (..., T, n) -> (m, n)
@@ -273,12 +271,6 @@ def _real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
 
 
-def _one_blas_thread():
-    """Small matmuls run fastest on one BLAS thread: several threads wait for each other longer than they compute."""
-    blas = _blas_controller()
-    return blas.limit(limits=1, user_api="blas") if blas else contextlib.nullcontext()
-
-
 class Adam:
     """Adam (Kingma & Ba, 2015): ``m = b1 m + (1-b1) g``, ``v = b2 v + (1-b2) g²``, ``x -= lr m̂ / (sqrt(v̂) + eps)``
     with the bias corrections ``m̂ = m / (1 - b1^t)``, ``v̂ = v / (1 - b2^t)``."""
@@ -314,7 +306,7 @@ def train(model: Model, batches, steps: int, *, lr: float = 1e-2, mask=None, cau
     if not callable(batches):
         raise ValueError(f"batches must be a function step -> (tokens, targets), got {type(batches).__name__}")
     opt, losses, snapshots = Adam(lr), np.empty(steps), []
-    with _one_blas_thread():
+    with limit_threads(1):  # small matmuls: several BLAS threads wait for each other longer than they compute
         for step in range(steps):
             if snapshot_every and step % snapshot_every == 0:
                 snapshots.append((step, model.copy()))
@@ -366,7 +358,7 @@ def train_many(models, batches, steps: int, *, lr=1e-2, mask=None, causal: bool 
         return [Model({name: p[n].copy() for name, p in params.items()}, m.H, m.Hkv, m.n_layers, m.scale,
                       m.learned_positions, m.frozen) for n, m in enumerate(models)]
 
-    with _one_blas_thread():
+    with limit_threads(1):  # small matmuls: several BLAS threads wait for each other longer than they compute
         for step in range(steps):
             if snapshot_every and step % snapshot_every == 0:
                 snapshots.append((step, unstack()))
@@ -414,15 +406,14 @@ def _stack_tokens(a, N, model, name):
 
 
 def _stacked_loss_and_grads(params, model, scales, tokens, targets, mask, causal):
-    """:func:`loss_and_grads` for ``N`` models stacked on axis 0: losses ``(N,)`` and gradients ``(N, ...)``."""
+    """:func:`loss_and_grads` for ``N`` models stacked on axis 0: losses ``(N,)`` and gradients ``(N, ...)``.
+
+    The projections are stacked matmuls; attention and its backward are :func:`attnlab.attention` and
+    :func:`attnlab.attention_backward` on ``(N, B, H, T, D)``, each model's scale folded into its queries."""
     N, B, T = tokens.shape
     H, Hkv = model.H, model.Hkv
-    G = H // Hkv
     n_idx = np.arange(N)[:, None, None]
-    c = scales.reshape(N, 1, 1, 1, 1, 1)  # one scale per model, on (N, B, Hkv, G, T, T)
-    allowed = prepare_mask(mask, causal, (B, H, T, 1), T)  # broadcastable to (B, H, T, T), or None
-    if allowed is not None:
-        allowed = np.broadcast_to(allowed, (B, H, T, T)).reshape(B, Hkv, G, T, T)
+    c = scales.reshape(N, 1, 1, 1, 1)  # one scale per model, on (N, B, H, T, D): softmax((c q) kᵀ) is softmax(c q kᵀ)
 
     def rows(a):  # (N, B, T, X) -> (N, B*T, X)
         return a.reshape(N, B * T, a.shape[-1])
@@ -434,13 +425,12 @@ def _stacked_loss_and_grads(params, model, scales, tokens, targets, mask, causal
     saved = []
     for l in range(model.n_layers):
         W = {n: params[f"layers.{l}.{n}"] for n in LAYER_PARAMS}  # (N, d_model, H*D), ...
-        q = heads((rows(h) @ W["W_q"]).reshape(N, B, T, -1), H)  # (N, B, H, T, D)
-        k = heads((rows(h) @ W["W_k"]).reshape(N, B, T, -1), Hkv)[:, :, :, None]  # (N, B, Hkv, 1, T, D)
-        v = heads((rows(h) @ W["W_v"]).reshape(N, B, T, -1), Hkv)[:, :, :, None]
-        qg = q.reshape(N, B, Hkv, G, T, -1)  # (N, B, Hkv, G, T, D): query head h uses key head h // G
-        P = softmax(c * (qg @ k.swapaxes(-1, -2)), allowed)  # (N, B, Hkv, G, T, T)
-        merged = merge_heads((P @ v).reshape(N, B, H, T, -1))  # (N, B, T, H*D)
-        saved.append((h, qg, k, v, P, merged, W))
+        q = c * heads((rows(h) @ W["W_q"]).reshape(N, B, T, -1), H)  # (N, B, H, T, D), scaled
+        k = heads((rows(h) @ W["W_k"]).reshape(N, B, T, -1), Hkv)  # (N, B, Hkv, T, D)
+        v = heads((rows(h) @ W["W_v"]).reshape(N, B, T, -1), Hkv)
+        out, P = attention(q, k, v, mask, causal=causal, scale=1.0, return_weights=True)  # (N, B, H, T, D|T)
+        merged = merge_heads(out)  # (N, B, T, H*D)
+        saved.append((h, q, k, v, P, merged, W))
         h = h + (rows(merged) @ W["W_o"]).reshape(h.shape)  # the residual stream
     logits = rows(h) @ params["W_out"] + params["b_out"][:, None]  # (N, B*T, V)
     flat_targets = targets.reshape(N, B * T, 1)
@@ -453,15 +443,11 @@ def _stacked_loss_and_grads(params, model, scales, tokens, targets, mask, causal
     grads = {"W_out": rows(h).swapaxes(1, 2) @ dlogits, "b_out": dlogits.sum(axis=1)}
     dh = (dlogits @ params["W_out"].swapaxes(1, 2)).reshape(h.shape)  # (N, B, T, d_model)
     for l in reversed(range(model.n_layers)):
-        x, qg, k, v, P, merged, W = saved[l]
+        x, q, k, v, P, merged, W = saved[l]
         grads[f"layers.{l}.W_o"] = rows(merged).swapaxes(1, 2) @ rows(dh)
-        dO = heads((rows(dh) @ W["W_o"].swapaxes(1, 2)).reshape(N, B, T, -1), H).reshape(qg.shape[:-1] + (-1,))
-        dv = (P.swapaxes(-1, -2) @ dO).sum(axis=3)  # dV = Pᵀ dO, summed over the G query heads: (N, B, Hkv, T, Dv)
-        dP = dO @ v.swapaxes(-1, -2)  # (N, B, Hkv, G, T, T)
-        dS = P * (dP - (P * dP).sum(axis=-1, keepdims=True))  # the softmax backward
-        dq = c * (dS @ k)  # (N, B, Hkv, G, T, D)
-        dk = (c * (dS.swapaxes(-1, -2) @ qg)).sum(axis=3)  # (N, B, Hkv, T, D)
-        dq = rows(merge_heads(dq.reshape(N, B, H, T, -1)))  # (N, B*T, H*D)
+        dO = heads((rows(dh) @ W["W_o"].swapaxes(1, 2)).reshape(N, B, T, -1), H)  # (N, B, H, T, D)
+        dq, dk, dv = attention_backward(q, k, v, dO, mask, causal=causal, scale=1.0, weights=P)
+        dq = rows(merge_heads(c * dq))  # d/dq of the unscaled queries: (N, B*T, H*D)
         dk, dv = rows(merge_heads(dk)), rows(merge_heads(dv))  # (N, B*T, Hkv*D)
         xr = rows(x).swapaxes(1, 2)  # (N, d_model, B*T)
         grads.update({f"layers.{l}.W_q": xr @ dq, f"layers.{l}.W_k": xr @ dk, f"layers.{l}.W_v": xr @ dv})
@@ -487,7 +473,7 @@ def generate(model: Model, prompt, n_new: int, *, use_cache: bool = True) -> np.
     if prompt.shape[1] + n_new - 1 > model.max_len:  # the last new token is never fed back in
         raise ValueError(f"prompt of {prompt.shape[1]} + {n_new} new tokens needs {prompt.shape[1] + n_new - 1} "
                          f"positions, more than max_len={model.max_len}")
-    with _one_blas_thread():
+    with limit_threads(1):  # small matmuls: several BLAS threads wait for each other longer than they compute
         return _generate(model, prompt, n_new, use_cache)
 
 

@@ -4,6 +4,9 @@ The online softmax (Milakov and Gimelshein, 2018) reads the scores in blocks and
 and a running sum ``l`` of ``exp(x - m)``. When a block raises the maximum, the old sum is rescaled by
 ``exp(m_old - m_new)``. Tiled attention (Dao et al., 2022) applies the same idea to rows of ``q kᵀ``: it visits
 ``Br x Bc`` tiles of scores, never the whole ``T x S`` matrix, so its memory grows linearly in ``S``.
+
+:func:`tiled_attention` returns the output alone unless asked for more; then a :class:`TiledResult`, read by name or
+unpacked in the order of the flags.
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import compute_dtype, float_array, positive_int, scale_value
+from ._checks import compute_dtype, float_array, positive_int
 from ._parallel import run_blocks
-from ._qkv import check_causal_fits, check_qkv, group_mask, group_query_heads, key_blocks, prepare_mask, tile_mask
+from ._qkv import group_query_heads, key_blocks, prepare_qkv, tile_mask
 from .softmax import mask_inplace
 
 
@@ -79,6 +82,24 @@ class TiledStats:
     score_tile_elements: int
 
 
+@dataclass(frozen=True)
+class TiledResult:
+    """What :func:`tiled_attention` returns when asked for more than the output.
+
+    ``out (..., H, T, Dv)`` always; ``lse (..., H, T)`` with ``return_lse=True`` and ``stats`` (a :class:`TiledStats`)
+    with ``return_stats=True``, else None. Unpacking gives the output and then what was asked for, in the order of the
+    flags: ``out, lse = tiled_attention(..., return_lse=True)``, ``out, stats = tiled_attention(...,
+    return_stats=True)``, ``out, lse, stats`` with both.
+    """
+
+    out: np.ndarray
+    lse: np.ndarray | None = None
+    stats: TiledStats | None = None
+
+    def __iter__(self):
+        return iter([self.out] + [x for x in (self.lse, self.stats) if x is not None])
+
+
 def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br: int = 256, Bc: int = 1024,
                     return_lse: bool = False, return_stats: bool = False):
     """Exact attention computed tile by tile with the online softmax, never holding more than a ``Br x Bc`` tile of
@@ -101,13 +122,16 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     Returns
     -------
     out : (..., H, T, Dv) ndarray
-        In the dtype of the inputs (float16 is computed in float32).
-    lse : (..., H, T) ndarray
-        Only with ``return_lse=True``: ``L_i = log sum_j exp(s_ij)`` over the allowed keys ``j`` of row ``i`` (the
-        scores ``s = q kᵀ · scale``), in the compute dtype (float32 for float16 inputs, so that it is not rounded).
-        A row with no allowed key has ``L = -inf`` (the log of an empty sum).
-    stats : TiledStats
-        Only with ``return_stats=True``. With both flags the result is ``(out, lse, stats)``.
+        Without either flag, the output alone, in the dtype of the inputs (float16 is computed in float32).
+    result : TiledResult
+        With ``return_lse`` or ``return_stats``: the output and what was asked for, by name (``result.out``,
+        ``result.lse``, ``result.stats``) or unpacked in the order of the flags (``out, lse = ...``):
+
+        ``lse (..., H, T)``: ``L_i = log sum_j exp(s_ij)`` over the allowed keys ``j`` of row ``i`` (the scores
+        ``s = q kᵀ · scale``), in the compute dtype (float32 for float16 inputs, so that it is not rounded). A row
+        with no allowed key has ``L = -inf`` (the log of an empty sum).
+
+        ``stats``: a :class:`TiledStats`.
 
     Notes
     -----
@@ -137,26 +161,16 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     >>> bool(np.allclose(out, attention(q, k, v, causal=True)))
     True
     """
-    q, k, v = check_qkv(q, k, v)
-    if q.ndim == 2:  # a single head: add the head axis and remove it again
-        res = tiled_attention(q[None], k[None], v[None], mask, causal=causal, scale=scale, Br=Br, Bc=Bc,
-                              return_lse=return_lse, return_stats=return_stats)
-        if not (return_lse or return_stats):
-            return res[0]
-        return (res[0][0], res[1][0], *res[2:]) if return_lse else (res[0][0], res[1])
+    p = prepare_qkv(q, k, v, mask, causal=causal, scale=scale)  # checked; a 2-D head gains a head axis
     Br, Bc = positive_int(Br, "Br"), positive_int(Bc, "Bc")
-    T, D, S, Hkv, H = q.shape[-2], q.shape[-1], k.shape[-2], k.shape[-3], q.shape[-3]
-    scale = scale_value(scale, D)
-    # the causal part is handled by index arithmetic per tile, so only a user mask is kept (no T x S array is built)
-    mask = prepare_mask(mask, False, q.shape, S)
-    check_causal_fits(causal, T, S)
-    dtype = compute_dtype(q, k, v)
+    T, S, G, scale, dtype = p.T, p.S, p.G, p.scale, p.dtype  # float16 is computed in float32
 
-    qg = group_query_heads(q, Hkv)  # (..., Hkv, G, T, D)
-    k, v = k.astype(dtype, copy=False), v.astype(dtype, copy=False)  # once, not per tile (a copy only for float16)
-    lead, G = qg.shape[:-3], qg.shape[-3]  # lead = (..., Hkv)
-    gmask = None if mask is None else np.broadcast_to(group_mask(mask, q.ndim, H, Hkv), (*lead, G, T, S))
-    out = np.empty((*lead, G, T, v.shape[-1]), dtype=dtype)  # (..., Hkv, G, T, Dv)
+    qg = group_query_heads(p.q, p.Hkv)  # (..., Hkv, G, T, D): query head h uses key/value head h // G
+    k, v = p.k.astype(dtype, copy=False), p.v.astype(dtype, copy=False)  # once, not per tile (a copy only for float16)
+    lead = qg.shape[:-3]  # (..., Hkv)
+    # the causal part is index arithmetic per tile (key_blocks, tile_mask): no T x S array is built for it
+    gmask = p.grouped_mask(p.mask)  # (..., Hkv, G, T, S) or None
+    out = np.empty((*lead, G, T, p.Dv), dtype=dtype)  # (..., Hkv, G, T, Dv)
     lse = np.empty((*lead, G, T, 1), dtype=dtype) if return_lse else None  # (..., Hkv, G, T, 1)
 
     def row_block(idx, i0, i1):
@@ -165,7 +179,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         K, V = k[idx], v[idx]  # (S, D), (S, Dv)
         m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
         l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
-        acc = np.zeros((G, i1 - i0, v.shape[-1]), dtype=dtype)  # unnormalised output
+        acc = np.zeros((G, i1 - i0, p.Dv), dtype=dtype)  # unnormalised output
         tile = np.empty((G, i1 - i0, min(Bc, S)), dtype=dtype)  # the one tile of scores, reused for every key block
         for j0, j1 in key_blocks(i0, i1, S, T, Bc, causal):
             allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
@@ -173,7 +187,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
                 continue
             if visited is not None:
                 visited[i0 // Br, j0 // Bc] = True
-            S_ij = np.matmul(Q_i, K[j0:j1].T, out=tile[..., : j1 - j0])  # (G, Br, Bc)
+            S_ij = np.matmul(Q_i, K[j0:j1].T, out=tile[..., : j1 - j0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
             mask_inplace(S_ij, allowed)
             m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
             m_safe = np.where(np.isneginf(m_new), 0, m_new)  # rows with nothing allowed yet stay at zero
@@ -196,12 +210,13 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
     # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
     visited = np.zeros((-(-T // Br), -(-S // Bc)), dtype=bool) if return_stats else None
-    run_blocks(row_block, blocks, q.size // D * S)
+    run_blocks(row_block, blocks, p.n_scores)  # blocks of query rows are independent: on every core
 
-    out = out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype, copy=False)  # (..., H, T, Dv)
-    result = (out,) if lse is None else (out, lse.reshape(q.shape[:-1]))  # lse (..., H, T)
+    out = p.restore(out.reshape(*p.q.shape[:-1], p.Dv).astype(p.q.dtype, copy=False))  # (..., H, T, Dv)
+    if not (return_lse or return_stats):
+        return out
+    stats = None
     if return_stats:
-        n_tiles = -(-T // Br) * -(-S // Bc)
-        computed = int(visited.sum())
-        result += (TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S)),)
-    return result if len(result) > 1 else out
+        n_tiles, computed = visited.size, int(visited.sum())
+        stats = TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))
+    return TiledResult(out, None if lse is None else p.restore(lse.reshape(p.q.shape[:-1])), stats)  # lse (..., H, T)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import positive_int
+from ._parallel import limit_threads
 from .linear import _elu_feature_grad, elu_feature
-from .model import Adam, _one_blas_thread
+from .model import Adam
 from .softmax import softmax
 
 KINDS = ("softmax", "linear")
@@ -221,7 +222,7 @@ def train_recall(models: RecallModels, pairs: int, steps: int, *, batch: int = 3
     steps, batch = positive_int(steps, "steps"), positive_int(batch, "batch")
     n_keys, n_values = models.params["E_k"].shape[1], models.params["E_v"].shape[1]
     opt, losses, N = Adam(lr), np.empty((models.N, steps)), models.N
-    with _one_blas_thread():
+    with limit_threads(1):
         for step in range(steps):
             ids = recall_task(N * batch, pairs, n_keys, n_values, seed=(seed, step))
             losses[:, step], grads = recall_loss_and_grads(models, *(a.reshape(N, batch, -1) for a in ids))

@@ -7,7 +7,7 @@ import numpy as np
 from ._checks import broadcast_mask, compute_dtype, float_array
 
 
-def softmax(scores, mask=None, *, axis: int = -1) -> np.ndarray:
+def softmax(scores, mask=None, *, axis: int = -1, out=None) -> np.ndarray:
     """Softmax along ``axis`` with the row maximum subtracted, masked entries at exactly 0.
 
     Parameters
@@ -18,6 +18,9 @@ def softmax(scores, mask=None, *, axis: int = -1) -> np.ndarray:
         ``True`` = may attend; broadcastable to ``scores``. Masked entries get weight exactly 0.
     axis : int
         The axis to normalise over (default: the last).
+    out : ndarray, optional
+        Where to write the weights: an array of the shape and dtype of ``scores`` (float32 or float64), possibly
+        ``scores`` itself, so that the ``(..., S)`` matrix is held once.
 
     Returns
     -------
@@ -41,9 +44,18 @@ def softmax(scores, mask=None, *, axis: int = -1) -> np.ndarray:
     scores = float_array(scores, "scores")
     if not -scores.ndim <= axis < scores.ndim:
         raise ValueError(f"axis must be in [-{scores.ndim}, {scores.ndim}) for scores of shape {scores.shape}, got {axis}")
-    x = np.moveaxis(scores.astype(compute_dtype(scores), copy=True), axis, -1)  # a copy, normalised in place
+    if out is not None and (not isinstance(out, np.ndarray) or out.shape != scores.shape
+                            or out.dtype != scores.dtype or out.dtype != compute_dtype(scores)):
+        raise ValueError(f"out must be a float32 or float64 array of the shape and dtype of scores {scores.shape} "
+                         f"{scores.dtype}, got {getattr(out, 'shape', None)} {getattr(out, 'dtype', type(out).__name__)}")
     if mask is not None:
         mask = np.moveaxis(np.broadcast_to(broadcast_mask(mask, scores.shape), scores.shape), axis, -1)
+    if out is not None:
+        if out is not scores:
+            np.copyto(out, scores)
+        softmax_inplace(np.moveaxis(out, axis, -1), mask)  # a view of out, normalised in place
+        return out
+    x = np.moveaxis(scores.astype(compute_dtype(scores), copy=True), axis, -1)  # a copy, normalised in place
     softmax_inplace(x, mask)
     return np.moveaxis(x, -1, axis).astype(scores.dtype, copy=False)
 
