@@ -119,3 +119,14 @@ def processes_marked(mark: bytes) -> list[str]:
         except OSError:
             pass
     return found
+
+
+def finite_differences(f, x, h=1e-6):
+    """Central differences ``(f(x + h e_i) - f(x - h e_i)) / 2h`` of a scalar function, one element at a time."""
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[i] += h
+        xm[i] -= h
+        grad[i] = (f(xp) - f(xm)) / (2 * h)
+    return grad

@@ -26,21 +26,10 @@ from attnlab import (
     tiled_attention,
     tiled_attention_backward,
 )
-from helpers import head_counts, make_qkv, seeds
+from helpers import finite_differences, head_counts, make_qkv, seeds
 
 TOL = dict(rtol=1e-11, atol=1e-12)  # float64 against float64: a few ulp times the number of terms
 FD_RTOL = 1e-7  # central differences in float64: |error| / |gradient|, measured ~1e-9
-
-
-def finite_differences(f, x, h=1e-6):
-    """Central differences ``(f(x + h e_i) - f(x - h e_i)) / 2h`` of a scalar function, one element at a time."""
-    grad = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        xp, xm = x.copy(), x.copy()
-        xp[i] += h
-        xm[i] -= h
-        grad[i] = (f(xp) - f(xm)) / (2 * h)
-    return grad
 
 
 def assert_close_relative(got, expected, rtol=FD_RTOL, what=""):

@@ -30,7 +30,7 @@ from attnlab import (
     window_attention,
     window_decode,
 )
-from helpers import head_counts, make_qkv, seeds
+from helpers import finite_differences, head_counts, make_qkv, seeds
 
 # --- the window mask --------------------------------------------------------------------------------------------------
 
@@ -168,16 +168,6 @@ def test_elu_feature_is_positive_and_continuous():
     f = elu_feature(x)
     assert np.all(f > 0)
     np.testing.assert_allclose(elu_feature(np.array([-1e-12, 0.0, 1e-12])), 1.0, atol=1e-11)
-
-
-def finite_differences(f, x, eps=1e-6):
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[idx] += eps
-        down[idx] -= eps
-        grad[idx] = (f(up) - f(down)) / (2 * eps)
-    return grad
 
 
 @pytest.mark.parametrize("H, Hkv, causal", [(1, 1, True), (2, 1, False), (4, 2, True)])
