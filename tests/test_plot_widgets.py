@@ -279,3 +279,31 @@ def test_without_ipywidgets_defaults_come_from_the_controls_when_draw_has_none(m
 
     explorer(draw, n=(2, 10, 2), word=["x", "y"], on=True)._repr_mimebundle_()
     assert seen == [(6, "x", True)], "as ipywidgets.interact would start them: middle of the range, first option"
+
+
+@pytest.mark.parametrize("alt", ["", "a plot", "Figure.", "two lines", 42, None])
+def test_show_refuses_a_missing_or_generic_text_alternative(alt, close_figures):
+    import matplotlib.pyplot as plt
+
+    plt.plot([1, 2])
+    with pytest.raises(ValueError, match="alt must"):
+        plot.show(alt=alt)
+
+
+def test_show_in_a_notebook_carries_the_text_alternative_into_the_output(close_figures):
+    """In an IPython kernel with the inline backend, the alt text is the plain-text form and the image's alt."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = ("import matplotlib.pyplot as plt\nfrom attnlab import plot\nfig, ax = plt.subplots()\nax.plot([1, 2, 3])\n"
+            "plot.show(fig, alt='A rising line from 1 to 3:   it grows by one per step.')\n"
+            "print(len(plt.get_fignums()))")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert [o.output_type for o in outputs] == ["display_data", "stream"], outputs
+    alt = "A rising line from 1 to 3: it grows by one per step."
+    assert outputs[0].data["text/plain"] == alt
+    assert outputs[0].metadata["image/png"]["alt"] == alt
+    assert outputs[0].data["image/png"]
+    assert outputs[1].text == "0\n"  # the figure is closed, so the inline backend does not draw it a second time

@@ -138,3 +138,44 @@ def loglog(x, series: dict, *, ax=None, title: str = "", xlabel: str = "", ylabe
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     return ax, slopes
+
+
+GENERIC_ALT = ("figure", "plot", "a plot", "a figure", "chart", "image", "graph")
+"""Text alternatives that say nothing about what a figure shows; ``show`` refuses them."""
+
+
+def show(fig=None, *, alt: str) -> None:
+    """Show ``fig`` (the current figure by default) with ``alt``, its text alternative: what the figure shows and what
+    to notice in it, in a sentence or two a screen reader can read out.
+
+    In a notebook the figure is displayed as the inline backend draws it, with ``alt`` as its plain-text form and as the
+    image's ``alt`` metadata, which nbconvert (the site and the slides) writes into the ``<img alt="...">``; the figure is
+    then closed. Outside a notebook this is ``plt.show()``.
+    """
+    import matplotlib.pyplot as plt
+
+    if not isinstance(alt, str):
+        raise ValueError(f"alt must be a str describing the figure, got {type(alt).__name__}")
+    alt = " ".join(alt.split())
+    if len(alt.split()) < 6 or alt.lower().rstrip(".") in GENERIC_ALT:
+        raise ValueError(f"alt must say what the figure shows and what to notice (6 words or more), got {alt!r}")
+    fig = plt.gcf() if fig is None else fig
+    if not hasattr(fig, "savefig"):
+        raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with Jupyter
+        get_ipython = lambda: None  # noqa: E731
+    shell = get_ipython()
+    if shell is None or "inline" not in plt.get_backend():
+        plt.show()
+        return
+    from IPython.display import display
+
+    data, metadata = shell.display_formatter.format(fig)  # exactly what the inline backend would have shown
+    data["text/plain"] = alt
+    for mime in data:
+        if mime.startswith("image/"):
+            metadata.setdefault(mime, {})["alt"] = alt
+    display(data, raw=True, metadata=metadata)
+    plt.close(fig)
