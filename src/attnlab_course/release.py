@@ -1,6 +1,6 @@
 """Where the course lives, said once: every badge, Colab cell, nbgitpuller link and install line is generated from it.
 
-    python -m attnlab_course.release                      # regenerate everything from pyproject.toml (make learner does)
+    python -m attnlab_course.release                      # regenerate everything from pyproject.toml (make learner)
     python -m attnlab_course.release --check              # exit 1 if something is out of date
     python -m attnlab_course.release --repository https://github.com/OWNER/NAME --tag v0.2.0 [--branch main]
     make release REPO=https://github.com/OWNER/NAME TAG=v0.2.0 [BRANCH=main]       # the same
