@@ -203,6 +203,10 @@ def test_a_release_to_a_fork_changes_every_link(forked):
                 assert new.branch in decoded, f"{path}: {link} is not on {new.branch}"
     for path in release.notebooks(copy):
         assert colab.is_up_to_date(nbformat.read(path, as_version=4), colab.cell_source(new.requirement())), path
+    from attnlab_course import authoring
+
+    solutions = authoring.solution_notebooks(copy / "notebooks" / "solutions")
+    assert authoring.stale_learner_notebooks(solutions) == [], "the learner notebooks are what make learner writes"
 
 
 def test_after_a_release_the_fork_names_itself_only_in_the_one_place(forked):
