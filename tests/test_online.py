@@ -337,3 +337,69 @@ def test_tiled_memory_grows_linearly_full_attention_quadratically(monkeypatch, f
     assert full_ratio > 10, f"full peak grew only {full_ratio:.1f}x: is the score matrix still materialised?"
     # and in absolute terms the tiled pass never holds anything close to the S2 x S2 scores
     assert peak_bytes(tiled_attention, *large, **tiles) < S2 * S2 * 8 / 8
+
+
+# --- the fast path: the maximum folded into the first matmul, rescaled lazily ---------------------------------------
+
+
+@pytest.fixture
+def fast_path():
+    """Large calls take the fast path; this sends every call there (and ``textbook`` below sends none)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys.modules["attnlab.online"], "FAST_PATH_MIN_SCORES", 0)
+        yield
+
+
+def textbook_tiled(*args, **kwargs):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys.modules["attnlab.online"], "FAST_PATH_MIN_SCORES", np.inf)
+        return tiled_attention(*args, **kwargs)
+
+
+@given(hk=head_counts(), T=st.integers(1, 12), extra=st.integers(0, 12), Br=st.integers(1, 14), Bc=st.integers(1, 14),
+       kind=st.sampled_from(MASK_KINDS), causal=st.booleans(), spread=st.sampled_from([1.0, 10.0, 100.0]), seed=seeds)
+def test_fast_path_equals_the_textbook_loop_and_the_oracle_under_every_mask(hk, T, extra, Br, Bc, kind, causal,
+                                                                          spread, seed):
+    H, Hkv = hk
+    S = T + extra
+    q, k, v = make_qkv(batch=(2,), H=H, Hkv=Hkv, T=T, S=S, D=3, seed=seed)
+    q = spread * q  # spread 100: row maxima that rise by far more than RESCALE_THRESHOLD from tile to tile
+    mask = make_mask(kind, 2, H, T, S, seed)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys.modules["attnlab.online"], "FAST_PATH_MIN_SCORES", 0)
+        out, lse = tiled_attention(q, k, v, mask, causal=causal, Br=Br, Bc=Bc, return_lse=True)
+    out_t, lse_t = textbook_tiled(q, k, v, mask, causal=causal, Br=Br, Bc=Bc, return_lse=True)
+    np.testing.assert_allclose(out, out_t, **TOL)
+    np.testing.assert_allclose(lse, lse_t, **TOL)
+    np.testing.assert_allclose(out, attention(q, k, v, mask, causal=causal), **TOL)
+
+
+@pytest.mark.parametrize("T, S, Br, Bc", [(1, 113, 64, 64), (113, 113, 64, 64), (9, 30, 4, 7), (8, 8, 1, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fast_path_matches_oracle(fast_path, T, S, Br, Bc, causal):
+    q, k, v = make_qkv(H=2, Hkv=1, T=T, S=S, D=4, seed=T + S)
+    got = tiled_attention(q, k, v, causal=causal, Br=Br, Bc=Bc)
+    np.testing.assert_allclose(got, oracle.attention(q, k, v, causal=causal), **TOL)
+
+
+def test_fast_path_rescales_when_a_late_key_dominates_and_starts_rows_far_below_zero(fast_path):
+    """Row 0's maximum rises by ~50 in the last tile (acc and l must be rescaled by e^-50 there); row 1's scores are
+    all near -1000 (exp(S - 0) would underflow to 0, so its first allowed score must set m)."""
+    q, k, v = make_qkv(H=1, T=2, S=12, D=2, seed=1)
+    q[0, 0] = [10.0, 0.0]
+    k[0, :, 0] = np.linspace(-1, 1, 12)
+    k[0, -1] = [7.0, 0.0]  # score 10 * 7 / sqrt(2) ~ 49.5 for row 0 in the last tile
+    q[0, 1] = [-1000.0, 0.0]
+    k[0, :, 0] = np.abs(k[0, :, 0]) + 1.0  # row 1: every score at or below -1000 / sqrt(2)
+    out, lse = tiled_attention(q, k, v, Br=2, Bc=3, return_lse=True)
+    np.testing.assert_allclose(out, oracle.attention(q, k, v), **TOL)
+    scores = q[0] @ k[0].T / np.sqrt(2)
+    top = scores.max(axis=-1)
+    np.testing.assert_allclose(lse[0], top + np.log(np.exp(scores - top[:, None]).sum(axis=-1)), rtol=1e-12)
+
+
+def test_fast_path_float32_error_and_nan_and_float16(fast_path):
+    test_tiled_float32_error_is_at_most_a_few_times_plain_float32()
+    test_tiled_nan_in_a_query_reaches_only_its_row()
+    for seed in range(20):
+        test_tiled_float16_logits_near_1e4_stay_finite.hypothesis.inner_test(T=3, S=9, Bc=2, seed=seed)
