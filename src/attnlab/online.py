@@ -6,8 +6,7 @@ and a running sum ``l`` of ``exp(x - m)``. When a block raises the maximum, the 
 ``Br x Bc`` tiles of scores, never the whole ``T x S`` matrix, so its memory grows linearly in ``S``.
 
 :func:`tiled_attention` returns the output alone unless asked for more; then a :class:`TiledResult`, read by name or
-unpacked in the order of the flags. Its loop is the textbook one; large calls take ``_fast_row_block`` (below the
-line), the same tiles with fewer passes over each.
+unpacked in the order of the flags.
 """
 
 from __future__ import annotations
@@ -154,9 +153,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     and finally ``out_i = acc / l`` and ``L_i = m + log(l)``. Under a causal mask the tiles entirely above the
     diagonal are skipped; with any mask, a tile that is fully masked for every row is skipped too. Rows with no allowed
     key give zeros. Blocks of query rows are independent, so they run on every core (see ``attnlab._parallel``);
-    memory is the output plus one tile per core, linear in ``S``. From ``FAST_PATH_MIN_SCORES`` scores on, the same
-    tiles are computed with fewer passes over each (``_fast_row_block``: the maximum subtracted inside the first
-    matmul and moved only when a score exceeds it by more than ``RESCALE_THRESHOLD``); only rounding differs.
+    memory is the output plus one tile per core, linear in ``S``.
 
     Examples
     --------
