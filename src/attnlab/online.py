@@ -16,15 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import compute_dtype, float_array, positive_int
-from ._parallel import MIN_PARALLEL_ELEMENTS, run_blocks
+from ._parallel import run_blocks
 from ._qkv import group_query_heads, key_blocks, prepare_qkv, tile_mask
 from .softmax import mask_inplace
 
-# From this many scores on (the whole (..., H, T, S) matrix), tiled_attention takes its fast path (below the line).
-FAST_PATH_MIN_SCORES = MIN_PARALLEL_ELEMENTS
-# The fast path moves a row's reference maximum only when a score exceeds it by more than this (natural log units):
-# then exp(S_ij - m) <= e^8, about 3000, and most tiles need no rescaling at all.
-RESCALE_THRESHOLD = 8.0
 
 def online_softmax_stats(x, block_size: int = 2):
     """Stream ``x (..., S)`` in blocks along the last axis, keeping only the running max and sum.
@@ -215,8 +210,6 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
     # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
     visited = np.zeros((-(-T // Br), -(-S // Bc)), dtype=bool) if return_stats else None
-    if p.n_scores >= FAST_PATH_MIN_SCORES:  # the same tiles, fewer passes over each (see _fast_row_block)
-        row_block = _fast_row_block(p, qg, k, v, gmask, out, lse, visited, Br, Bc)
     run_blocks(row_block, blocks, p.n_scores)  # blocks of query rows are independent: on every core
 
     out = p.restore(out.reshape(*p.q.shape[:-1], p.Dv).astype(p.q.dtype, copy=False))  # (..., H, T, Dv)
@@ -227,72 +220,3 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         n_tiles, computed = visited.size, int(visited.sum())
         stats = TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))
     return TiledResult(out, None if lse is None else p.restore(lse.reshape(p.q.shape[:-1])), stats)  # lse (..., H, T)
-
-
-# --- the fast path ---------------------------------------------------------------------------------------------------
-# The loop above makes six passes over each (Br, Bc) tile besides the two matmuls: the row max, subtracting it, exp,
-# the row sum, and (each time a maximum rises) rescaling l and acc. At large sizes those passes, not the arithmetic,
-# are what separates the loop from the floor (two matmuls at the sgemm rate plus the exps). The fast path computes the
-# same out_i = acc / l with two changes that alter only rounding:
-#
-# 1. The maximum is subtracted inside the first matmul. Each row keeps a reference value m (not necessarily the
-#    running max), and [Q_i · scale, -m] [K_j, 1]ᵀ = S_ij - m comes out of one sgemm: no subtraction pass.
-# 2. m moves lazily: only for rows where rowmax(S_ij) - m > RESCALE_THRESHOLD (or that saw no allowed key before).
-#    Then exp(S_ij - m) <= e^8, far from overflow, and m <= the running max (the largest term is >= 1, so l never
-#    underflows to 0). Since acc and l share the factor e^-m, acc / l does not depend on which m was used, and
-#    L = m + log(l) is the log-sum-exp for any m. After the first tile of a row a new maximum 8 above the old is
-#    rare, so most tiles skip the subtraction and the rescaling of acc and l.
-#
-# tests/test_online.py runs its oracle and mask tests through both paths.
-
-
-def _fast_row_block(p, qg, k, v, gmask, out, lse, visited, Br, Bc):
-    """``row_block`` of :func:`tiled_attention` with the maximum folded into the first matmul and lazy rescaling."""
-    T, S, G, D, Dv, causal, dtype = p.T, p.S, p.G, p.D, p.Dv, p.causal, p.dtype
-    kx = np.empty((*k.shape[:-1], D + 1), dtype=dtype)  # [K, 1]  (..., Hkv, S, D + 1): a copy of K, linear in S
-    kx[..., :D], kx[..., D] = k, 1
-    tau = dtype.type(RESCALE_THRESHOLD)
-
-    def row_block(idx, i0, i1):
-        """Rows i0:i1 of the output of one key/value head (and its G query heads)."""
-        r = i1 - i0
-        Qx = np.empty((G, r, D + 1), dtype=dtype)  # [Q_i · scale, -m]
-        np.multiply(qg[idx][:, i0:i1], dtype.type(p.scale), out=Qx[..., :D])
-        m = Qx[..., D:]  # (G, r, 1), a view: the column holds -m
-        m[...] = 0  # -m = 0 until a row's first allowed score sets it
-        unset = np.ones((G, r, 1), dtype=bool)  # rows that have seen no allowed key yet
-        l = np.zeros((G, r, 1), dtype=dtype)  # row sum of exp(S_ij - m)
-        acc = np.zeros((G, r, Dv), dtype=dtype)  # unnormalised output, under the same factor e^-m
-        PV = np.empty_like(acc)
-        tile = np.empty((G, r, min(Bc, S)), dtype=dtype)
-        K, V = kx[idx], v[idx]  # (S, D + 1), (S, Dv)
-        for j0, j1 in key_blocks(i0, i1, S, T, Bc, causal):
-            allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, r, Bc)
-            if allowed is not None and not allowed.any():
-                continue
-            if visited is not None:
-                visited[i0 // Br, j0 // Bc] = True
-            S_ij = np.matmul(Qx, K[j0:j1].T, out=tile[..., : j1 - j0])  # S_ij - m = [Q_i · scale, -m] [K_j, 1]ᵀ
-            mask_inplace(S_ij, allowed)
-            top = S_ij.max(axis=-1, keepdims=True)  # rowmax(S_ij) - m
-            move = (top > tau) | (unset & (top > -np.inf))  # rows whose m must rise (NaN rows never move)
-            if move.any():
-                shift = np.where(move, top, 0)  # m_new = m + shift
-                S_ij -= shift
-                alpha = np.exp(-shift, where=~unset, out=np.ones_like(shift))  # e^(m - m_new); unset rows hold 0
-                l *= alpha
-                acc *= alpha
-                m -= shift  # the column holds -m_new
-                unset &= ~move
-            P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - m), each <= e^8
-            l += P_ij.sum(axis=-1, keepdims=True)
-            acc += np.matmul(P_ij, V[j0:j1], out=PV)  # acc = acc + P_ij V_j
-        dead = l == 0  # rows with no allowed key
-        l[dead] = 1
-        np.divide(acc, l, out=out[idx][:, i0:i1])  # out_i = acc / l
-        if lse is not None:
-            L = lse[idx][:, i0:i1]  # (G, r, 1)
-            np.subtract(np.log(l), m, out=L)  # L_i = m + log(l); the column holds -m
-            L[dead] = -np.inf
-
-    return row_block
