@@ -9,6 +9,11 @@ machine's float32 matmul rate and its `np.exp` rate per core, and reports each t
 
 If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on the CPU is measured as a peer.
 
+Two kinds of sgemm kernel, side by side: the passes run in child processes, once with OpenBLAS's own choice of kernel
+for this CPU and once with `OPENBLAS_CORETYPE` forced to another (Haswell's AVX2 kernel on an AVX-512 machine,
+Sandybridge's AVX kernel on an AVX2 one; `--coretypes` picks others), alternating per size so that both see the same
+load. Each child measures its own matmul rate, so each time is a multiple of the floor of its own kernel.
+
 The backward pass: `attnlab.attention_backward` (which holds the whole weights) and `attnlab.tiled_attention_backward`
 (which keeps only the log-sum-exp and recomputes each tile): median time, peak memory, the largest error of dq, dk, dv
 against float64, and the tiled backward's time as a multiple of its own forward
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import pathlib
 import platform
 import statistics
@@ -271,6 +277,91 @@ def targets(rows, notebooks, backward=()) -> list[tuple[str, bool, str]]:
     return out
 
 
+AVX512_KERNELS = ("SkylakeX", "Cooperlake", "SapphireRapids")
+
+
+def blas_kernel() -> str:
+    """The sgemm kernel OpenBLAS chose (or was told to use), as threadpoolctl reports it; "unknown" without it."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    return next((i.get("architecture") or "unknown" for i in threadpool_info() if i["internal_api"] == "openblas"),
+                "unknown")
+
+
+def default_coretypes() -> list[str]:
+    """This CPU's own kernel and one other: AVX2's on an AVX-512 machine, AVX's (no FMA) on an AVX2 one."""
+    return ["default", "Haswell" if blas_kernel() in AVX512_KERNELS else "Sandybridge"]
+
+
+def measure(args) -> dict:
+    """Everything that depends on the sgemm kernel, in this process: rates, forward and backward passes."""
+    mm, ex = matmul_rate(args.repeats), exp_rate_per_core(args.repeats)
+    print(f"[{blas_kernel()}] float32 matmul rate (all cores): {mm / 1e9:.1f} GFLOP/s;  "
+          f"np.exp rate: {ex / 1e9:.2f} G exps/s per core", flush=True)
+    rows = bench_attention(args.sizes, args.repeats, mm, ex)
+    backward = bench_backward(args.backward_sizes, args.repeats, args.plain_backward_max, mm, ex)
+    return {"kernel": blas_kernel(), "matmul_gflops": mm / 1e9, "exp_per_core_per_second": ex,
+            "attention": rows, "backward": backward}
+
+
+def measure_kernels(args) -> list[dict]:
+    """``measure`` in a child process per kernel type and size, the kernel types alternating within each size."""
+    runs = {ct: [] for ct in args.coretypes}
+    sizes = sorted(set(args.sizes) | set(args.backward_sizes))
+    for S in sizes:
+        for ct in args.coretypes:
+            env = dict(os.environ)
+            if ct == "default":
+                env.pop("OPENBLAS_CORETYPE", None)
+            else:
+                env["OPENBLAS_CORETYPE"] = ct
+            child = [sys.executable, __file__, "--child", "--repeats", str(args.repeats),
+                     "--plain-backward-max", str(args.plain_backward_max),
+                     "--sizes", *([str(S)] if S in args.sizes else []),
+                     "--backward-sizes", *([str(S)] if S in args.backward_sizes else [])]
+            proc = subprocess.run(child, env=env, stdout=subprocess.PIPE, text=True, check=True)
+            runs[ct].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    out = []
+    for ct, parts in runs.items():
+        label = "default" if ct == "default" else f"forced {ct}"
+        out.append({"coretype": label, "kernel": parts[0]["kernel"],
+                    "matmul_gflops": statistics.median(p["matmul_gflops"] for p in parts),
+                    "exp_per_core_per_second": statistics.median(p["exp_per_core_per_second"] for p in parts),
+                    "attention": [r for p in parts for r in p["attention"]],
+                    "backward": [r for p in parts for r in p["backward"]]})
+    return out
+
+
+def x_floor_table(title: str, kernels: list[dict], part: str) -> None:
+    """One line per size and contender: time and x floor under each kernel type, side by side."""
+    names = [f"{k['kernel']} ({k['coretype'].split()[0]})" for k in kernels]
+    header = f"{'S':>5}  {title:<58}" + "".join(f" {n[:24]:>24}" for n in names)
+    print(header)
+    print(f"{'':>5}  {'':<58}" + "".join(f" {'time s':>13} {'x floor':>10}" for _ in names))
+    print("-" * len(header))
+    first = kernels[0][part]
+    for i, r in enumerate(first):
+        cells = ""
+        for k in kernels:
+            o = next((x for x in k[part] if x["S"] == r["S"] and x["implementation"] == r["implementation"]), None)
+            cells += f" {o['seconds']:13.3f} {o['x_floor']:10.2f}" if o else f" {'':>24}"
+        print(f"{r['S']:>5}  {r['implementation']:<58}{cells}")
+
+
+def floor_targets(kernels, S: int = 4096) -> list[tuple[str, bool, str]]:
+    """The tiled forward and backward within 1.2x of the floor at S = 4096, under every kernel type measured."""
+    out = []
+    for k in kernels:
+        for part, what in (("attention", "tiled forward"), ("backward", "tiled backward")):
+            r = next((r for r in k[part] if r["S"] == S and r["implementation"].startswith("attnlab.tiled")), None)
+            if r:
+                out.append((f"{what} <= 1.2x floor at S={S}, {k['kernel']} ({k['coretype']})", r["x_floor"] <= 1.2,
+                            f"{r['x_floor']:.2f}x"))
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
@@ -280,16 +371,24 @@ def main(argv=None) -> int:
                         help="largest S for attention_backward, which holds H*S*S weights (2 GiB at S=8192)")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--skip-notebooks", action="store_true", help="do not time the notebooks")
+    parser.add_argument("--coretypes", nargs="+", default=None,
+                        help="OPENBLAS_CORETYPE values to compare ('default': OpenBLAS's own choice); "
+                             "default: this CPU's kernel and Haswell (on AVX-512) or Sandybridge (otherwise)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one kernel type, JSON on stdout
     args = parser.parse_args(argv)
+    if args.child:
+        stdout, sys.stdout = sys.stdout, sys.stderr  # progress to stderr, the result alone to stdout
+        result = measure(args)
+        print(json.dumps(result), file=stdout)
+        return 0
+    args.coretypes = args.coretypes or default_coretypes()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    print(f"machine: {platform.processor() or platform.machine()}, {workers()} cores, numpy {np.__version__}")
-    mm, ex = matmul_rate(args.repeats), exp_rate_per_core(args.repeats)
-    print(f"float32 matmul rate (all cores): {mm / 1e9:.1f} GFLOP/s;  np.exp rate: {ex / 1e9:.2f} G exps/s per core")
-    print("attention:")
-    rows = bench_attention(args.sizes, args.repeats, mm, ex)
-    print("backward:")
-    backward = bench_backward(args.backward_sizes, args.repeats, args.plain_backward_max, mm, ex)
+    print(f"machine: {platform.processor() or platform.machine()}, {workers()} cores, numpy {np.__version__}, "
+          f"OpenBLAS kernels: {', '.join(args.coretypes)}, load average {os.getloadavg()[0]:.1f}")
+    kernels = measure_kernels(args)
+    rows, backward = kernels[0]["attention"], kernels[0]["backward"]  # the default kernel's, for the tables below
+    mm, ex = kernels[0]["matmul_gflops"] * 1e9, kernels[0]["exp_per_core_per_second"]
     notebooks = None if args.skip_notebooks else (print("notebooks:") or bench_notebooks())
 
     print()
@@ -309,17 +408,26 @@ def main(argv=None) -> int:
         x_fwd = "" if r["x_forward"] is None else f"{r['x_forward']:.2f}"
         print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
               f"{x_fwd:>6} {r['peak_bytes'] / 2**20:9.1f} {r['max_error']:9.1e} {r['max_relative_error']:9.1e}")
+    for k in kernels:
+        print(f"\n{k['kernel']} ({k['coretype']}): float32 matmul {k['matmul_gflops']:.1f} GFLOP/s (all cores), "
+              f"np.exp {k['exp_per_core_per_second'] / 1e9:.2f} G/s per core")
+    print("\nx floor under each sgemm kernel, side by side (each kernel's floor from its own matmul rate):\n")
+    x_floor_table("forward", kernels, "attention")
+    print()
+    x_floor_table("backward", kernels, "backward")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if notebooks:
         print(f"\nnotebooks: {notebooks['total_seconds']:.1f} s in all, one at a time; "
               f"the nbval suite: {notebooks['nbval_suite_wall_seconds']:.1f} s wall "
               f"({'passed' if notebooks['nbval_suite_passed'] else 'FAILED'})")
     print("\ntargets:")
-    results = targets(rows, notebooks, backward)
+    results = targets(rows, notebooks, backward) + floor_targets(kernels)
     for name, ok, value in results:
         print(f"  [{'met' if ok else 'MISSED'}] {name}: {value}")
 
     report = {"machine": {"cores": workers(), "numpy": np.__version__, "python": platform.python_version(),
                           "matmul_gflops": mm / 1e9, "exp_per_core_per_second": ex},
+              "kernels": kernels,
               "H": H, "D": D, "dtype": "float32", "blocks": BLOCKS, "backward_blocks": BACKWARD_BLOCKS,
               "attention": rows, "backward": backward, "notebooks": notebooks,
               "targets": [{"target": n, "met": ok, "value": v} for n, ok, v in results]}

@@ -307,3 +307,19 @@ def test_show_in_a_notebook_carries_the_text_alternative_into_the_output(close_f
     assert outputs[0].metadata["image/png"]["alt"] == alt
     assert outputs[0].data["image/png"]
     assert outputs[1].text == "0\n"  # the figure is closed, so the inline backend does not draw it a second time
+
+
+def test_live_pictures_are_drawn_at_the_static_pictures_resolution_and_stay_opaque(close_figures):
+    from PIL import Image
+
+    from attnlab.widgets import LIVE_DPI
+
+    draw = LiveDraw(close_figures)  # a (3, 2)-inch figure, at matplotlib's 100 dpi until the explorer draws it
+    ex = explorer(draw, height=(0.0, 1.0, 0.1))
+    ex.update(height=0.3)
+    live = Image.open(io.BytesIO(_shown_png(ex)))
+    assert live.size == (3 * LIVE_DPI, 2 * LIVE_DPI), live.size
+    assert np.asarray(live)[..., 3].min() == 255, "the figure's background is opaque"
+    bundle = explorer(draw, height=(0.0, 1.0, 0.1))._repr_mimebundle_()
+    static = Image.open(io.BytesIO(base64.b64decode(bundle["image/png"])))
+    assert static.mode == "RGB" and static.size == live.size

@@ -23,6 +23,9 @@ import io
 import types
 
 CSS_CLASS = "attnlab-explorer"
+# Live pictures are drawn at the static picture's resolution: a 14-inch figure is then 1008 px wide, about a notebook
+# column, instead of 1400 px that the browser scales down anyway; half the pixels to draw, encode, send and decode.
+LIVE_DPI = 72
 
 
 def _figure_png(fig) -> bytes:
@@ -93,6 +96,8 @@ class _LiveCanvas:
         if not isinstance(fig.canvas, FigureCanvasAgg):
             FigureCanvasAgg(fig)
         canvas = fig.canvas
+        if fig is not self.fig and fig.dpi > LIVE_DPI:
+            fig.set_dpi(LIVE_DPI)  # before the first draw, so that the layout is made at this size
         if fig is not self.fig or fig.stale or self.background is None:
             canvas.draw()  # everything not animated; the layout engine runs here, once
             if fig.get_layout_engine() is not None and self.fig is not fig:
@@ -110,12 +115,17 @@ class _LiveCanvas:
 
 
 def _rgba_png(buffer) -> bytes:
-    """PNG of an RGBA canvas buffer, at the fastest compression (the picture is sent once and replaced soon)."""
+    """PNG of an RGBA canvas buffer, at the fastest compression (the picture is sent once and replaced soon).
+
+    The buffer is encoded as it is, RGBA, without copying: dropping the alpha channel first costs a copy of every
+    pixel, more than the encoder saves on the smaller input."""
     import numpy as np
     from PIL import Image
 
+    pixels = np.asarray(buffer)  # (height, width, 4), uint8
     out = io.BytesIO()
-    Image.fromarray(np.asarray(buffer)[..., :3]).save(out, format="png", compress_level=1)
+    Image.frombuffer("RGBA", (pixels.shape[1], pixels.shape[0]), pixels, "raw", "RGBA", 0, 1).save(
+        out, format="png", compress_level=1)
     return out.getvalue()
 
 
@@ -124,7 +134,7 @@ def _recompressed(png: bytes) -> str:
     from PIL import Image
 
     out = io.BytesIO()
-    Image.open(io.BytesIO(png)).save(out, format="png")
+    Image.open(io.BytesIO(png)).convert("RGB").save(out, format="png")  # the figure is opaque: no alpha to keep
     return base64.b64encode(out.getvalue()).decode("ascii")
 
 
