@@ -36,6 +36,8 @@ def write_all(reports: list[Report], outputs: Outputs, scheme: Scheme, roster: R
               shard=(1, 1), folder_size: int | None = None) -> list[str]:
     """Write every output asked for; lines saying what was written, for the terminal."""
     said = []
+    for path in outputs.planned():
+        path.parent.mkdir(parents=True, exist_ok=True)
     if outputs.results:
         results.write(reports, outputs.results, shard, folder_size)
         said.append(f"Results of shard {shard[0]}/{shard[1]} written to {outputs.results}")
