@@ -4,7 +4,7 @@ Each page shows every exercise's verdict (in words, not colour alone), the grade
 what was got, the hint), the learner's own code for that exercise and its points. Everything a learner wrote or named
 (file names, roster names, code, the messages that quote it) goes through Jinja2's autoescaping; bidirectional and
 other invisible control characters are shown as ``\\u202e``-style text, so that code reads as it runs, and names are
-isolated in ``<bdi>``. A page loads nothing: no script, no link, no image, no font; its Content-Security-Policy
+shown on one line (a newline as ``\\n``) and isolated in ``<bdi>``. A page loads nothing: no script, no link, no image, no font; its Content-Security-Policy
 forbids all of them but its own inline style, so even a mistake in escaping could not run anything.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import jinja2
 
 from .points import Roster, Scheme
-from .report import _escape, open_output
+from .report import _escape, one_line, open_output
 from .runner import Report
 
 # every control character but newline and tab, line and paragraph separators, zero-width and bidirectional marks, and
@@ -35,7 +35,7 @@ TEMPLATE = """<!DOCTYPE html>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; form-action 'none'; base-uri 'none'">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
-<title>Feedback for {{ learner | shown }}: {{ title | shown }}</title>
+<title>Feedback for {{ learner | one_line }}: {{ title | one_line }}</title>
 <style>
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1a1a1a; background: #ffffff;
        line-height: 1.5; max-width: 60rem; margin: 0 auto; padding: 1rem 1.5rem; }
@@ -57,9 +57,9 @@ footer { margin-top: 2rem; font-size: 0.9rem; color: #4a4a4a; }
 </head>
 <body>
 <header>
-<h1>Feedback: {{ title | shown }}</h1>
-<p>For <bdi>{{ learner | shown }}</bdi>{% if learner_id != learner %} (id <bdi>{{ learner_id | shown }}</bdi>){% endif %},
-from the file <bdi>{{ file | shown }}</bdi>.</p>
+<h1>Feedback: {{ title | one_line }}</h1>
+<p>For <bdi>{{ learner | one_line }}</bdi>{% if learner_id != learner %} (id <bdi>{{ learner_id | one_line }}</bdi>){% endif %},
+from the file <bdi>{{ file | one_line }}</bdi>.</p>
 </header>
 <main>
 {% if problem %}
@@ -130,6 +130,7 @@ def format_points(value: float) -> str:
 
 _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 _ENV.filters["shown"] = shown
+_ENV.filters["one_line"] = one_line  # names: a newline shown as backslash-n, like every invisible character
 _ENV.filters["points"] = format_points
 _PAGE = _ENV.from_string(TEMPLATE)
 
