@@ -264,3 +264,58 @@ def test_feedback_pages_carry_every_message_code_and_points_escaped(tmp_path, sc
     assert "def f(): pass" in html and "Liddell, Alice" in html
     assert "<script" not in html.lower() and "http" not in html.replace('http-equiv', '')
     assert "could not be graded" in pages[3].read_text(encoding="utf-8")
+
+
+# --- the Gradescope autograder entry ------------------------------------------------------------------------------
+
+
+def _autograder(tmp_path, files: dict[str, str | None]) -> Path:
+    root = tmp_path / "autograder"
+    (root / "submission").mkdir(parents=True)
+    (root / "source").mkdir()
+    for name, text in files.items():
+        path = root / "submission" / name
+        if text is None:
+            import make_submissions
+            sub = next(s for s in make_submissions.load() if s.notebook == "02_masks" and s.name == "inverted_and_nan")
+            nbformat.write(sub.build(), path)
+        else:
+            path.write_text(text)
+    return root
+
+
+def test_the_gradescope_entry_grades_the_upload_and_writes_results_json(tmp_path, monkeypatch):
+    import grading_stub
+
+    from attnlab_course.grading import gradescope, runner
+
+    monkeypatch.setattr(runner, "run_nbval", grading_stub.fake_run_nbval)  # no kernel: the verdicts of the stub
+    root = _autograder(tmp_path, {"my notebook.ipynb": None})
+    (root / "source" / "points.toml").write_text('[points]\n"2.3" = 2\n')
+    assert gradescope.main(["--root", str(root), "--no-sandbox"]) == 0
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert gradescope_problems(data) == []
+    assert [(t["number"], t["status"], t["max_score"]) for t in data["tests"]] == [
+        ("2.1", "failed", 1), ("2.2", "failed", 1), ("2.3", "passed", 2)]
+    assert data["score"] == 2 and "got:" in data["tests"][0]["output"]
+
+
+@pytest.mark.parametrize("files, said", [({}, "expected one notebook (.ipynb) in the upload, found 0"),
+                                         ({"a.ipynb": "{}", "b.ipynb": "{}"}, "found 2")])
+def test_the_gradescope_entry_gives_no_score_for_an_upload_it_cannot_grade(tmp_path, files, said):
+    from attnlab_course.grading import gradescope
+
+    root = _autograder(tmp_path, files)
+    assert gradescope.main(["--root", str(root), "--no-sandbox"]) == 0
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert gradescope_problems(data) == [] and data["score"] == 0 and said in data["output"]
+
+
+def test_the_gradescope_entry_refuses_to_grade_without_its_sandbox(tmp_path, monkeypatch):
+    from attnlab_course.grading import gradescope, sandbox
+
+    monkeypatch.setattr(sandbox, "unavailable_reason", lambda: "bwrap cannot create a user namespace")
+    root = _autograder(tmp_path, {"a.ipynb": "{}"})
+    assert gradescope.main(["--root", str(root)]) == 0
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert data["score"] == 0 and "could not start its sandbox (bwrap cannot create a user namespace)" in data["output"]
