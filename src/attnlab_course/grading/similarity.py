@@ -1,6 +1,6 @@
 """``--similarity FILE``: which learners' exercise code is suspiciously alike: evidence to look at, never a verdict.
 
-The comparison is copydetect's (https://github.com/blingenf/copydetect): each exercise's code is tokenised with
+The comparison is copydetect's (the copydetect package on PyPI): each exercise's code is tokenised with
 Pygments, names become placeholders (so renaming variables changes nothing), and winnowed k-gram fingerprints are
 compared. Only what the learner wrote counts: the exercise's scaffold (the learner notebook's stub: the signature,
 the docstring, ``raise NotImplementedError``) is given to copydetect as boilerplate and its fingerprints are
