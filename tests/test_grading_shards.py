@@ -70,8 +70,8 @@ def graded(tmp_path_factory):
               for k in range(1, N + 1)]
     logs = [p.communicate(timeout=300)[0] for p in procs]
     statuses = [p.returncode for p in procs]
-    merge = _run(["-m", "attnlab_course.grading.cli", "merge", *(str(root / f"shard-{k}.json") for k in range(1, N + 1)),
-                  *_outputs(merged, root)])
+    shards = [str(root / f"shard-{k}.json") for k in range(1, N + 1)]
+    merge = _run(["-m", "attnlab_course.grading.cli", "merge", *shards, *_outputs(merged, root)])
     logs.append(merge.communicate(timeout=120)[0])
     statuses.append(merge.returncode)
     return {"root": root, "folder": folder, "one": one, "merged": merged, "logs": logs, "statuses": statuses}
@@ -83,7 +83,8 @@ def test_the_merge_of_the_shards_writes_exactly_what_one_batch_writes(graded):
     statuses = graded["statuses"]
     assert statuses[0] == statuses[-1] == 1 and set(statuses[1:-1]) <= {0, 1} and 1 in statuses[1:-1], graded["logs"]
     written = sorted(str(p.relative_to(one)) for p in one.rglob("*") if p.is_file())
-    assert len(written) == 5 + 2 * len(list(graded["folder"].iterdir())), written  # CSV, report, results, 2 exports; a page and a JSON each
+    # the CSV, the similarity report, the results, 2 exports; and a feedback page and a Gradescope JSON per file
+    assert len(written) == 5 + 2 * len(list(graded["folder"].iterdir())), written
     assert _same_trees(one, merged) == []
 
 

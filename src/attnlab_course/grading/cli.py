@@ -146,8 +146,8 @@ def main(argv=None) -> int:
         parser.error(f"{args.batch} is not a folder")
     outputs, scheme, roster = _outputs(parser, args)
     # every entry but folders: links, FIFOs and devices are listed too, and reported as not regular files
-    paths = sorted((p for p in args.batch.iterdir() if not p.name.startswith(".") and (p.is_symlink() or not p.is_dir())),
-                   key=lambda p: p.name)
+    paths = sorted((p for p in args.batch.iterdir()
+                    if not p.name.startswith(".") and (p.is_symlink() or not p.is_dir())), key=lambda p: p.name)
     if not paths:
         parser.error(f"no files in {args.batch}")
     folder_size = len(paths)

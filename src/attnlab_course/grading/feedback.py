@@ -4,8 +4,9 @@ Each page shows every exercise's verdict (in words, not colour alone), the grade
 what was got, the hint), the learner's own code for that exercise and its points. Everything a learner wrote or named
 (file names, roster names, code, the messages that quote it) goes through Jinja2's autoescaping; bidirectional and
 other invisible control characters are shown as ``\\u202e``-style text, so that code reads as it runs, and names are
-shown on one line (a newline as ``\\n``) and isolated in ``<bdi>``. A page loads nothing: no script, no link, no image, no font; its Content-Security-Policy
-forbids all of them but its own inline style, so even a mistake in escaping could not run anything.
+shown on one line (a newline as ``\\n``) and isolated in ``<bdi>``. A page loads nothing: no script, no link, no
+image, no font; its Content-Security-Policy forbids all of them but its own inline style, so even a mistake in
+escaping could not run anything.
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ def write_all(reports: list[Report], outputs: Outputs, scheme: Scheme, roster: R
         pages = feedback.write_pages(reports, outputs.feedback, scheme, roster)
         said.append(f"{len(pages)} feedback pages written to {outputs.feedback}")
     for kind in outputs.exports:
-        said.append(f"{kind.capitalize()} export written to {exports.write(kind, reports, outputs.export_dir, scheme, roster)}")
+        written = exports.write(kind, reports, outputs.export_dir, scheme, roster)
+        said.append(f"{kind.capitalize()} export written to {written}")
     if outputs.similarity:
         pairs = similarity.compare(reports, scheme.solutions_dir, roster)
         similarity.write_report(pairs, outputs.similarity)

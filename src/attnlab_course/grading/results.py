@@ -52,7 +52,8 @@ def report_to_data(report: Report) -> dict:
 
 def report_from_data(item, where: str) -> Report:
     try:
-        if not isinstance(item["file"], str) or Path(item["file"]).name != item["file"] or item["file"] in ("", "..", "."):
+        name = item["file"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", "..", "."):
             raise ResultsError(f"{where}: a submission's file is not a plain file name: {item['file']!r}")
         results = [_protocol.part_from_data(Verdict, r) for r in item["results"]]
         code = {str(k): str(v) for k, v in item["code"].items()}
