@@ -62,7 +62,7 @@ def _outputs(parser, args) -> tuple[Outputs, Scheme, Roster]:
 def _write(outputs, reports, scheme, roster, shard=(1, 1), folder_size=None) -> list[str] | None:
     try:
         return write_all(reports, outputs, scheme, roster, shard, folder_size)
-    except (ExportError, ConfigError, OSError) as exc:
+    except (ExportError, ConfigError, ValueError, OSError) as exc:  # e.g. a notebook the --solutions do not have
         print(f"attnlab-check: {exc}", file=sys.stderr)
         return None
 
