@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NB     ?=
 
-.PHONY: help install lab test unit notebooks learner check bench slides site guide clean
+.PHONY: help install lab test unit notebooks learner check bench slides site guide release clean
 
 help:
 	@echo "make lab        open the course in JupyterLab"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench      run the benchmarks in benchmarks/"
 	@echo "make slides     one reveal.js deck per notebook in build/slides/ (offline)"
 	@echo "make site       the course as a static website in build/site/, the instructor guide included"
+	@echo "make release REPO=https://github.com/OWNER/NAME TAG=v0.2.0 [BRANCH=main]   point every link and Colab cell at a fork or a release"
 
 $(STAMP): requirements.lock pyproject.toml course/pyproject.toml course/setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed, found " + sys.version.split()[0])'
@@ -53,6 +54,7 @@ notebooks: install
 learner: install
 	$(BIN)/python -m attnlab_course.authoring learner notebooks/solutions/*.ipynb
 	$(BIN)/python -m attnlab_course.publish guide
+	$(BIN)/python -m attnlab_course.release
 
 bench: install
 	$(BIN)/python benchmarks/run.py
@@ -66,6 +68,10 @@ site: install
 
 guide: install
 	$(BIN)/python -m attnlab_course.publish guide
+
+# where the course lives (pyproject.toml) and everything generated from it: docs/publishing.md
+release: install
+	$(BIN)/python -m attnlab_course.release $(if $(REPO),--repository "$(REPO)") $(if $(TAG),--tag "$(TAG)") $(if $(BRANCH),--branch "$(BRANCH)")
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis src/*.egg-info build course/build

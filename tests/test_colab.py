@@ -1,10 +1,10 @@
 """The Colab cell (``python -m attnlab_course.colab``): where it goes, that it is current, and that it does nothing
-outside Colab. That its install command works against a built wheel is tested in tests/test_package.py."""
+outside Colab. That its install command works against a built wheel is tested in tests/test_package.py; that it and
+every other link follow pyproject.toml, in tests/test_release.py."""
 
 from __future__ import annotations
 
 import copy
-import re
 import sys
 import types
 
@@ -122,16 +122,3 @@ def test_on_colab_the_cell_pip_installs_the_release_and_enables_the_widget_manag
     monkeypatch.setattr(subprocess, "run", lambda command, check: calls.append((command, check)))
     exec(colab.cell_source(), {})
     assert calls == [([sys.executable, "-m", "pip", "install", "--quiet", colab.requirement()], True), "widgets"]
-
-
-def test_the_readmes_binder_colab_hub_and_pip_links_name_the_repository_and_this_release():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    repository, tag = project["urls"]["Repository"], f"v{project['version']}"
-    slug = repository.removeprefix("https://github.com/")
-    readme = (ROOT / "README.md").read_text()
-    assert f"https://mybinder.org/v2/gh/{slug}/main?urlpath=lab/tree/notebooks/00_start_here.ipynb" in readme
-    colab_links = re.findall(r"https://colab\.research\.google\.com/github/(\S+?)/blob/([^/]+)/notebooks/", readme)
-    assert colab_links and set(colab_links) == {(slug, tag)}
-    assert f"repo=https%3A%2F%2Fgithub.com%2F{slug.replace('/', '%2F')}&branch=main&urlpath=lab%2Ftree%2F" in readme
-    installs = re.findall(r"attnlab(?:\[[a-z,]+\])? @ git\+(\S+?)@([^\s\"]+)", readme)
-    assert installs and set(installs) == {(repository, tag)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -120,12 +122,15 @@ def test_causal_int_with_right_pattern_says_so():
     assert "dtype int64" in str(info.value)
 
 
-def test_causal_first_message_is_the_readme_example():
-    """README.md shows the grader's message for an inverted mask: the checker's first case is still (5, 5, 0)."""
+def test_causal_first_message_is_the_docs_example():
+    """docs/checking.md shows the grader's message for an inverted mask: the checker's first case is still (5, 5, 0)."""
     with pytest.raises(ExerciseFailed) as info:
         check("2.1", causal_inverted)
     assert str(info.value).startswith("my_causal_mask(5, 5, 0) is not the causal mask\n"
                                       "  expected: [[1 0 0 0 0] [1 1 0 0 0] [1 1 1 0 0] [1 1 1 1 0] [1 1 1 1 1]]")
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "checking.md").read_text(encoding="utf-8")
+    assert "my_causal_mask(5, 5, 0) is not the causal mask\n" in docs
+    assert "expected: [[1 0 0 0 0] [1 1 0 0 0] [1 1 1 0 0] [1 1 1 1 0] [1 1 1 1 1]]" in docs
 
 
 def test_forbids():

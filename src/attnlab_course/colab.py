@@ -12,8 +12,9 @@ new: nbval, the grader and a JupyterLab learner never notice it.
 
 Which version it installs: the tag ``v<version>`` of the repository named in pyproject.toml (``[project.urls]
 Repository``), where ``<version>`` is attnlab's version. A notebook cannot name the commit it is committed in, so
-the release tag stands for it: bump the version, run ``--write`` (``make notebooks`` does), commit, and tag the
-commit ``v<version>``. ``--ref`` and ``--repository`` override both (e.g. ``--ref main`` on a fork).
+the release tag stands for it: ``make release TAG=v<version>`` (:mod:`attnlab_course.release`) sets the version and
+rewrites this cell in every notebook with the course's other links; commit, and tag the commit ``v<version>``.
+``--ref`` and ``--repository`` override both for a one-off cell (e.g. ``--ref main`` to try a branch).
 
 The cell is the code cell with metadata ``{"attnlab": {"role": "colab"}}``. ``--write`` puts exactly one such cell
 immediately before the notebook's first other code cell (after the title and any opening prose, so the header stays
@@ -53,12 +54,10 @@ if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
 def _project() -> tuple[str, str]:
     """``(version, repository URL)`` from pyproject.toml next to the sources, else from the installed metadata."""
     if paths.PYPROJECT.is_file():
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            from pip._vendor import tomli as tomllib
-        project = tomllib.loads(paths.PYPROJECT.read_text(encoding="utf-8"))["project"]
-        return project["version"], project["urls"]["Repository"]
+        from . import release
+
+        now = release.current()
+        return now.version, now.repository
     from importlib.metadata import metadata
 
     meta = metadata("attnlab")

@@ -19,7 +19,7 @@ import pytest
 
 from attnlab_course import timing
 from attnlab_course.publish import assets
-from attnlab_course.publish.build import ROOT, build_site, build_slides, course_notebooks
+from attnlab_course.publish.build import ROOT, build_site, build_slides, course_notebooks, docs_pages
 from attnlab_course.publish.slideshow import SLIDE_HEIGHT, SLIDE_WIDTH
 
 from .conftest import ARTIFACTS, CHROMIUM
@@ -31,6 +31,7 @@ if not CHROMIUM.exists():
 pytestmark = pytest.mark.browser
 SHOTS = ARTIFACTS / "publish"
 NOTEBOOKS = [item.stem for item in course_notebooks()]
+DOCS = [stem for stem, _, _ in docs_pages()]  # docs/*.md, the instructor guide aside
 SCREENSHOT_SLIDES = {"02_masks": 4, "03_why_sqrt_dk": 10, "06_online_softmax": 12}  # deck -> a subslide to show
 
 
@@ -176,8 +177,9 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
             page.screenshot(path=str(SHOTS / "site__02_masks__explorer.png"))
         for link in _links(page):
             target, _, fragment = link.partition("#")
-            if target.startswith("https://") and "/site/" in url and url.endswith(tuple(f"{s}.html" for s in NOTEBOOKS)):
-                continue  # a notebook's cited source: the reader may follow it; loading the page requests nothing
+            if target.startswith("https://") and "/site/" in url and url.endswith(
+                    tuple(f"{s}.html" for s in NOTEBOOKS + DOCS)):
+                continue  # a cited source: the reader may follow it; loading the page requests nothing
             if not target.startswith("file://"):
                 broken.append(f"{url} -> {link} (not a local file)")
                 continue
@@ -191,7 +193,7 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
                 todo.append(target)
     assert not broken, f"links that do not resolve: {broken}"
     pages = {Path(urllib.parse.urlsplit(u).path).name for u in seen}
-    expected = {f"{s}.html" for s in NOTEBOOKS} | {"index.html", "instructor-guide.html"}
+    expected = {f"{s}.html" for s in NOTEBOOKS + DOCS} | {"index.html", "instructor-guide.html"}
     assert expected <= pages, f"pages not reachable from the landing page: {sorted(expected - pages)}"
     assert math.get("02_masks.html", 0) > 0 and math.get("instructor-guide.html", 0) > 0, f"MathJax output: {math}"
     watched.check("site")

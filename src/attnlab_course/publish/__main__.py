@@ -34,7 +34,8 @@ def main(argv=None) -> int:
               f"(+ {_size(result['static_bytes'])} of shared _static/); open {args.out / 'index.html'}")
     elif args.command == "site":
         result = build_site(args.out)
-        print(f"{len(result['pages'])} notebook pages, the landing page and the guide in {args.out} in "
+        print(f"{len(result['pages'])} notebook pages, the landing page, the guide and {len(result['docs'])} pages "
+              f"of docs/ in {args.out} in "
               f"{result['seconds']} s; open {args.out / 'index.html'}")
     elif args.check:
         if guide.stale():

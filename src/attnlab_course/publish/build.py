@@ -176,6 +176,34 @@ def _course_map(readme: str, pages: dict[str, str]) -> str:
     return html
 
 
+MD_LINK = re.compile(r"\]\((?:\.\./)?(?:docs/)?(?P<stem>[\w-]+)\.md(?P<fragment>#[^)]*)?\)")
+
+
+def docs_pages(root: Path = ROOT) -> list[tuple[str, str, Path]]:
+    """The pages of ``docs/`` the site includes, as ``(stem, title, path)``: every ``docs/*.md`` but the instructor
+    guide, which the site renders from its source (:mod:`.guide`)."""
+    out = []
+    for path in sorted((Path(root) / "docs").glob("*.md")):
+        if path.name == "instructor-guide.md":
+            continue
+        match = re.search(r"^#\s+(.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+        out.append((path.stem, match.group(1).replace("`", "").strip() if match else path.stem, path))
+    return out
+
+
+def _site_links(markdown: str, root: Path = ROOT) -> str:
+    """Links between the README and the docs pages, made links between their pages on the site."""
+    def link(match):
+        stem = match["stem"]
+        if stem == "README":
+            return "](index.html)"
+        if (Path(root) / "docs" / f"{stem}.md").exists():
+            return f"]({stem}.html{match['fragment'] or ''})"
+        return match[0]
+
+    return MD_LINK.sub(link, markdown)
+
+
 def _site_notebook(item: CourseNotebook):
     nb = nbformat.read(item.source, as_version=4)
     from .slideshow import NBVAL, explorer_controls, fold_details
@@ -197,7 +225,8 @@ def _site_notebook(item: CourseNotebook):
 
 
 def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
-    """Every notebook as a page, a landing page with the course map, the instructor guide, the .ipynb downloads."""
+    """Every notebook as a page, a landing page with the course map, the instructor guide and the other pages of
+    ``docs/``, the .ipynb downloads."""
     import shutil
 
     from nbconvert import HTMLExporter
@@ -228,10 +257,18 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
 
     mathjax = (exporter.environment.get_template("attnlab_head.j2").module.attnlab_head(
         {"mathjax_url": assets.MATHJAX, "require_js_url": assets.REQUIRE}))
-    guide_html = markdown2html_mistune(guide.render(root))
+    guide_html = markdown2html_mistune(_site_links(guide.render(root), root))
     (out / "instructor-guide.html").write_text(_page(
         "Attention from Scratch: instructor guide",
         _nav(pages, None, None, "top") + "\n" + guide_html, head=str(mathjax)), encoding="utf-8")
+
+    docs, docs_built = docs_pages(root), {}
+    for stem, title, path in docs:  # the docs pages the README links to
+        page_html = markdown2html_mistune(_site_links(path.read_text(encoding="utf-8"), root))
+        (out / f"{stem}.html").write_text(_page(f"Attention from Scratch: {title}",
+                                                _nav(pages, None, None, "top") + "\n" + page_html,
+                                                css="pre { overflow-x: auto; }\n"), encoding="utf-8")
+        docs_built[stem] = (out / f"{stem}.html").stat().st_size
 
     readme = (Path(root) / "README.md").read_text(encoding="utf-8")
     intro = readme.split("\n## ")[0].split("\n", 1)[1].split("\n|")[0].strip()
@@ -242,6 +279,8 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
               "the learner version (exercises left for you) or the solution version from the bar at its top. "
               "Explorers are live only in JupyterLab: run the course with <code>make lab</code>.</p>\n"
               '<p>For instructors: the <a href="instructor-guide.html">instructor guide</a> (goals, session plan, '
-              "discussion prompts, the mistakes each exercise diagnoses, grading).</p>")
+              "discussion prompts, the mistakes each exercise diagnoses, grading).</p>\n"
+            + "<h2>More about the course</h2>\n<ul>\n"
+            + "".join(f'<li><a href="{stem}.html">{escape(title)}</a></li>\n' for stem, title, _ in docs) + "</ul>")
     (out / "index.html").write_text(_page("Attention from Scratch", body, head=str(mathjax)), encoding="utf-8")
-    return {"seconds": round(time.perf_counter() - start, 1), "pages": built}
+    return {"seconds": round(time.perf_counter() - start, 1), "pages": built, "docs": docs_built}

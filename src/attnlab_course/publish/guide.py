@@ -62,8 +62,9 @@ They are a reader's pace: a room with questions takes longer.
    tooling, the `attnlab-course` distribution, which `make install` installs beside `attnlab`; the learners'
    `attnlab` has neither the grader nor the solution notebooks.
 3. A learner checks one notebook alone with `make check NB=notebooks/NN_topic.ipynb`.
-4. Learner code runs with the grader's privileges: grade submissions you did not write in a container with no
-   network (the README's "Grading a class" gives the Docker command).
+4. Every submission is treated as hostile code: `--batch` runs each one in a sandbox (bubblewrap, on Linux) and
+   refuses to run without one unless told `--no-sandbox`. [Grading a class](grading.md) has the options and the
+   grading times, [the grader's guarantees](grader-security.md) its threat model.
 
 The messages a failed exercise prints are the hints listed under each notebook below, so you can read them before
 the room does.
