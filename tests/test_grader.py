@@ -13,6 +13,7 @@ import io
 import json
 
 import make_submissions
+import markupsafe
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
@@ -39,17 +40,20 @@ def batch(tmp_path_factory):
     make_submissions.write_all(folder)
     for name, text in NOT_NOTEBOOKS.items():
         (folder / name).write_text(text)
-    csv_path = tmp_path_factory.mktemp("results") / "results.csv"
+    out = tmp_path_factory.mktemp("results")
+    csv_path = out / "results.csv"
     reports = []
     grade_many = runner.grade_many
     stdout = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout):
         mp.setattr(runner, "grade_many", lambda *a, **k: reports.extend(grade_many(*a, **k)) or reports)
         options = ["--no-sandbox"] if sandbox.unavailable_reason() else []  # the attack tests need it; these do not
-        status = cli.main(["--batch", str(folder), "--csv", str(csv_path), *options])
+        status = cli.main(["--batch", str(folder), "--csv", str(csv_path), "--feedback", str(out / "feedback"),
+                           "--results", str(out / "results.json"), *options])
     with open(csv_path, newline="", encoding="utf-8") as f:
         rows = {row["file"]: row for row in csv.DictReader(f)}
-    return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": stdout.getvalue()}
+    return {"status": status, "reports": {r.path.name: r for r in reports}, "rows": rows, "out": stdout.getvalue(),
+            "dir": out}
 
 
 @pytest.mark.parametrize("file_name", sorted(SUBMISSIONS))
@@ -115,6 +119,23 @@ def test_table_shows_every_exercise_with_its_message(batch):
     assert all(rest.startswith(r.status) for (_, rest), r in zip(rows, report.results))
     passed = sum(r.status == "passed" for r in report.results)
     assert lines[-1] == f"{passed} of {len(report.results)} exercises passed."
+
+
+def test_feedback_pages_and_the_results_file_carry_what_the_grader_decided(batch):
+    """The same batch also wrote a feedback page per file and the results file that shards are merged from."""
+    from attnlab_course.grading import feedback, results
+
+    (k, n), size, stored = results.read(batch["dir"] / "results.json")
+    assert (k, n) == (1, 1) and size == len(batch["reports"])
+    for rep in stored:
+        graded = batch["reports"][rep.path.name]
+        assert (rep.notebook, rep.results, rep.notes, rep.problem, rep.code) == (
+            graded.notebook, graded.results, graded.notes, graded.problem, graded.code)
+    page = (batch["dir"] / "feedback" / feedback.page_name("02-inverted_and_nan.ipynb")).read_text(encoding="utf-8")
+    failed = batch["reports"]["02-inverted_and_nan.ipynb"].results[0]
+    assert failed.status == "failed" and "hint:" in failed.message
+    assert str(markupsafe.escape(failed.message.split("\n")[-1])) in page  # the full message, to its hint
+    assert "return j &gt; i" in page  # the learner's own code
 
 
 # --- without a kernel -------------------------------------------------------------------------------------------

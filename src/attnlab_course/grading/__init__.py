@@ -11,7 +11,11 @@ kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, 
 * :mod:`.trusted`: the trusted judge, which decides each exercise's verdict in the grader's process;
 * :mod:`.nbval_hooks`: the pytest plugin that runs the trusted side inside the nbval run, and :mod:`.record`, what it
   writes down for the runner;
-* :mod:`.report`: the table, the batch summary and the CSV.
+* :mod:`.report`: the table, the batch summary and the CSV;
+* :mod:`.outputs`: everything a batch (or the merge of its shards) writes: the CSV, :mod:`.feedback` pages,
+  :mod:`.exports` for Canvas, Moodle and Gradescope, the :mod:`.similarity` report and the :mod:`.results` file,
+  weighed by :mod:`.points` (points per exercise, overrides, roster);
+* :mod:`.gradescope`: the grader as a Gradescope autograder (``run_autograder``).
 """
 
 from .cli import main

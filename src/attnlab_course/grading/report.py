@@ -97,27 +97,38 @@ def _exercise_key(ex_id: str):
     return tuple(int(p) for p in ex_id.split("."))
 
 
-def write_csv(reports: list[Report], path) -> None:
-    """One row per learner (the file name without its suffix), one column per exercise."""
+def write_csv(reports: list[Report], path, scheme=None, roster=None) -> None:
+    """One row per submission, one column per exercise.
+
+    ``learner`` is the roster's id for the file (:mod:`.points`), else the file name without its suffix. With a
+    points scheme, ``points`` and ``max points`` follow ``total``: a passed exercise earns its points."""
     exercises = sorted({r.exercise for rep in reports for r in rep.results}, key=_exercise_key)
     with open_output(path) as f:
         writer = csv.writer(f)
-        writer.writerow(["learner", "file", "notebook", "passed", "total", *exercises, "details"])
+        point_columns = ["points", "max points"] if scheme is not None else []
+        writer.writerow(["learner", "file", "notebook", "passed", "total", *point_columns, *exercises, "details"])
         for rep in reports:
             status = {r.exercise: r.status for r in rep.results}
             details = [f"{r.exercise} {r.status}: {r.message.splitlines()[0]}" for r in rep.results
                        if r.status != "passed" and r.message]
             details = [rep.problem] if rep.problem else details + rep.notes
-            row = [rep.path.stem, rep.path.name, rep.notebook, sum(r.status == "passed" for r in rep.results),
-                   len(rep.results), *(status.get(e, "") for e in exercises), " | ".join(details)]
+            learner = roster.learner(rep.path.name).id if roster is not None else rep.path.stem
+            points = []
+            if scheme is not None:
+                weights = scheme.points(rep.notebook) if rep.notebook and not rep.problem else {}
+                earned = sum(weights.get(r.exercise, 0) for r in rep.results if r.status == "passed")
+                points = [f"{earned:g}", f"{sum(weights.values()):g}"] if weights else ["", ""]
+            row = [learner, rep.path.name, rep.notebook, sum(r.status == "passed" for r in rep.results),
+                   len(rep.results), *points, *(status.get(e, "") for e in exercises), " | ".join(details)]
             writer.writerow([csv_cell(v) for v in row])
 
 
-def format_summary(reports: list[Report], seconds: float, jobs: int) -> str:
-    """Counts per exercise and status, then the files that could not be graded."""
+def format_summary(reports: list[Report], seconds: float | None, jobs: int | None) -> str:
+    """Counts per exercise and status, then the files that could not be graded (``seconds`` None: a merge)."""
     graded = [r for r in reports if not r.problem]
     exercises = sorted({r.exercise for rep in graded for r in rep.results}, key=_exercise_key)
-    lines = [f"Graded {len(graded)} of {len(reports)} submissions in {seconds:.0f} s ({jobs} at a time)."]
+    lines = [f"Graded {len(graded)} of {len(reports)} submissions in {seconds:.0f} s ({jobs} at a time)."
+             if seconds is not None else f"Merged: {len(graded)} of {len(reports)} submissions graded."]
     if exercises:
         width = max(len("exercise"), *(len(e) for e in exercises))
         lines.append(f"  {'exercise':<{width}}" + "".join(f"  {s:>13}" for s in STATUSES))

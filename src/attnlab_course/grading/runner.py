@@ -68,6 +68,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     problem: str = ""
     seconds: float = 0.0
+    code: dict[str, str] = field(default_factory=dict)  # the learner's source of each exercise cell they kept
 
     @property
     def passed(self) -> bool:
@@ -248,6 +249,7 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
             raise SubmissionError(f"not a valid notebook ({type(exc).__name__})") from None
         results = {ex.id: Result(ex.id, "missing", "the exercise cell is not in your notebook (deleted?)")
                    for ex in exercises if cells[ex.id] is None}
+        report.code = {ex.id: cells[ex.id].get("source", "") for ex in exercises if cells[ex.id] is not None}
         for ex in exercises:
             size = len(cells[ex.id].get("source", "")) if cells[ex.id] is not None else 0
             if size > MAX_CELL_CHARS:
