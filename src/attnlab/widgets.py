@@ -151,9 +151,9 @@ class Explorer:
     """
 
     def __init__(self, draw, controls: dict, alt=None):
-        if alt is not None and not callable(alt):
-            from .plot import check_alt
+        from .plot import check_alt  # importing attnlab.plot sets the course's palette before the first drawing
 
+        if alt is not None and not callable(alt):
             check_alt(alt)
         self.draw = draw
         self.alt = alt
