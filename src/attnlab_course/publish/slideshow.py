@@ -188,7 +188,7 @@ def explorer_controls(source: str) -> list[str]:
         return []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "explorer":
-            return [k.arg for k in node.keywords if k.arg]
+            return [k.arg for k in node.keywords if k.arg and k.arg != "alt"]  # alt= describes, it controls nothing
     return []
 
 
