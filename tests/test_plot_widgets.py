@@ -136,7 +136,7 @@ def test_mimebundle_has_the_widget_and_a_png_fallback(recorder):
     ex = explorer(recorder, n=(1, 10, 1))
     ex.update(n=9)
     n_calls = len(recorder.calls)
-    bundle = ex._repr_mimebundle_()
+    bundle, metadata = ex._repr_mimebundle_()
     assert WIDGET_MIME in bundle and bundle[WIDGET_MIME]["model_id"] == ex.widget.model_id
     assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
     assert recorder.calls[n_calls:] == [dict(n=4, name="b", flag=True, temperature=1.5)], \
@@ -146,7 +146,7 @@ def test_mimebundle_has_the_widget_and_a_png_fallback(recorder):
 
 def test_draw_may_return_any_displayable(close_figures):
     ex = explorer(lambda word="hi": f"<{word}>", word=["hi", "ho"])
-    bundle = ex._repr_mimebundle_()
+    bundle, metadata = ex._repr_mimebundle_()
     assert WIDGET_MIME in bundle and "image/png" not in bundle
 
 
@@ -185,7 +185,7 @@ class LiveDraw:
 
 
 def _shown_png(ex) -> bytes:
-    return ex._last.data
+    return ex._last
 
 
 def test_a_live_explorer_builds_once_and_redraws_only_what_is_animated(close_figures):
@@ -225,7 +225,7 @@ def test_the_static_picture_of_a_live_explorer_shows_its_animated_artists(close_
         view.fig.suptitle(title, animated=True, fontsize=20)
         return view.fig
 
-    pictures = [explorer(draw, title=titles)._repr_mimebundle_()["image/png"] for titles in (["", "W"], ["WWW", ""])]
+    pictures = [explorer(draw, title=titles)._repr_mimebundle_()[0]["image/png"] for titles in (["", "W"], ["WWW", ""])]
     blank, titled = (np.asarray(Image.open(io.BytesIO(base64.b64decode(p))).convert("L")) for p in pictures)
     assert blank.min() == 255 and titled.min() < 128, "the animated title is drawn in the static picture"
 
@@ -260,7 +260,7 @@ def test_without_ipywidgets_a_static_bundle_and_no_error(recorder, monkeypatch):
         import ipywidgets  # noqa: F401
     ex = explorer(recorder, n=(1, 10, 1), name=["a", "b", "c"], flag=False, temperature=(0.1, 5.0, 0.1))
     assert ex.widget is None
-    bundle = ex._repr_mimebundle_()
+    bundle, metadata = ex._repr_mimebundle_()
     assert WIDGET_MIME not in bundle
     assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")
     assert "install ipywidgets" in bundle["text/plain"]
@@ -296,16 +296,22 @@ def test_show_in_a_notebook_carries_the_text_alternative_into_the_output(close_f
     from nbclient import NotebookClient
 
     code = ("import matplotlib.pyplot as plt\nfrom attnlab import plot\nfig, ax = plt.subplots()\nax.plot([1, 2, 3])\n"
-            "plot.show(fig, alt='A rising line from 1 to 3:   it grows by one per step.')\n"
+            "ax.plot([3, 2, 1], label='falling'); ax.plot([2, 2, 2], label='flat', color='#E69F00'); ax.legend()\n"
+            "plot.show(fig, alt='A rising line from 1 to 3:   it grows by \"one\" per step.')\n"
             "print(len(plt.get_fignums()))")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
     outputs = nb.cells[0].outputs
     assert [o.output_type for o in outputs] == ["display_data", "stream"], outputs
-    alt = "A rising line from 1 to 3: it grows by one per step."
+    alt = 'A rising line from 1 to 3: it grows by "one" per step.'
     assert outputs[0].data["text/plain"] == alt
     assert outputs[0].metadata["image/png"]["alt"] == alt
     assert outputs[0].data["image/png"]
+    # JupyterLab renders the HTML form: the same PNG, with the alt (escaped) on the <img>
+    assert outputs[0].data["text/html"] == (f'<img src="data:image/png;base64,{outputs[0].data["image/png"]}" '
+                                            'alt="A rising line from 1 to 3: it grows by &quot;one&quot; per step.">')
+    # the colours the legend names: the palette's second (the first unlabelled line took C0) and the given orange
+    assert outputs[0].metadata["attnlab"]["series_colors"] == [plot.PALETTE["vermillion"].lower(), "#e69f00"]
     assert outputs[1].text == "0\n"  # the figure is closed, so the inline backend does not draw it a second time
 
 
@@ -320,6 +326,49 @@ def test_live_pictures_are_drawn_at_the_static_pictures_resolution_and_stay_opaq
     live = Image.open(io.BytesIO(_shown_png(ex)))
     assert live.size == (3 * LIVE_DPI, 2 * LIVE_DPI), live.size
     assert np.asarray(live)[..., 3].min() == 255, "the figure's background is opaque"
-    bundle = explorer(draw, height=(0.0, 1.0, 0.1))._repr_mimebundle_()
+    bundle, _ = explorer(draw, height=(0.0, 1.0, 0.1))._repr_mimebundle_()
     static = Image.open(io.BytesIO(base64.b64decode(bundle["image/png"])))
     assert static.mode == "RGB" and static.size == live.size
+
+
+# --- text alternatives and accessible names of explorers -------------------------------------------------------------
+
+
+def test_an_explorer_carries_its_text_alternative_written_or_derived(recorder):
+    ex = explorer(recorder, n=(1, 10, 1), alt=lambda n: f"A small empty figure titled n={n}, one per step.")
+    bundle, metadata = ex._repr_mimebundle_()
+    alt = "A small empty figure titled n=4, one per step."
+    assert metadata == {"image/png": {"alt": alt}, "attnlab": {"alt_derived": False}}
+    assert bundle["text/html"].endswith(f' alt="{alt}">') and bundle["image/png"] in bundle["text/html"]
+    assert ex.alt_text({"n": 7}) == ("A small empty figure titled n=7, one per step.", False)
+
+    def draw(n=3):
+        """Bars of the weights at n."""
+        return recorder(n=n)
+
+    derived = explorer(draw, n=(1, 10, 1))
+    assert derived.alt_text(derived.defaults) == ("Explorer picture: Bars of the weights at n, drawn with n = 3.", True)
+    assert derived._repr_mimebundle_()[1]["attnlab"] == {"alt_derived": True}
+    with pytest.raises(ValueError, match="alt must"):
+        explorer(recorder, n=(1, 10, 1), alt="a plot")
+
+
+def test_the_live_picture_of_an_explorer_says_what_it_shows_now(recorder, monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append((a, k)))
+    ex = explorer(recorder, n=(1, 10, 1), alt=lambda n: f"A small empty figure titled n={n}, one per step.")
+    ex.update(n=6)
+    (data,), kwargs = shown[-1]
+    assert kwargs["raw"] is True and kwargs["metadata"]["image/png"]["alt"] == data["text/plain"]
+    assert data["text/plain"] == "A small empty figure titled n=6, one per step." and 'alt="A small' in data["text/html"]
+
+
+def test_every_control_of_an_explorer_has_a_name(recorder):
+    import ipywidgets
+
+    ex = explorer(recorder, n=ipywidgets.IntSlider(min=1, max=10), name=["a", "b", "c"],
+                  temperature=ipywidgets.FloatSlider(min=0.1, max=5.0, description="T"))
+    names = {w._kwarg: (w.description, w.tooltip) for w in ex.widget.kwargs_widgets}
+    assert names == {"n": ("n", "n"), "name": ("name", "name"), "temperature": ("T", "T")}

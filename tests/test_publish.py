@@ -129,3 +129,34 @@ def test_assets_are_pinned_exactly():
     for package in assets.PACKAGES:
         assert re.fullmatch(r"\d+\.\d+\.\d+", package.version), package
         assert package.integrity.startswith("sha512-") and len(package.integrity) == 95, package
+
+
+def test_the_colab_cell_is_no_slide():
+    from attnlab_course.colab import is_colab_cell
+
+    item = next(i for i in course_notebooks() if i.stem == "02_masks")
+    nb = slideshow.slides_notebook(nbformat.read(item.source, as_version=4))
+    colab = [c for c in nb.cells if is_colab_cell(c)]
+    assert colab and all(c.metadata.slideshow["slide_type"] == "skip" for c in colab)
+
+
+@pytest.mark.parametrize("template", ["attnlab-page", "attnlab-slides"])
+def test_templates_write_the_text_alternative_into_img_alt(template):
+    """A PNG output with its alt metadata (and no HTML form) gets ``<img alt>`` on the site and in the slides."""
+    from nbconvert import HTMLExporter, SlidesExporter
+
+    from attnlab_course.publish.build import _config
+
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQABpfZFQAAAAABJRU5ErkJggg=="
+    alt = 'Two bars: "cat" gets 0.66 & "the" 0.34 of the weight.'
+    cell = nbformat.v4.new_code_cell("plot.show(alt=...)", outputs=[nbformat.v4.new_output(
+        "display_data", data={"image/png": png, "text/plain": alt}, metadata={"image/png": {"alt": alt}})])
+    cell.metadata["slideshow"] = {"slide_type": "slide"}
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    exporter = (HTMLExporter if template == "attnlab-page" else SlidesExporter)(config=_config(template))
+    html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": "t"}, "attnlab": {"nav_top": "",
+                                                                                                "nav_bottom": ""}})
+    from html import unescape
+
+    img = re.search(r"<img [^>]*\balt=([\"'])(.*?)\1[^>]*>", html)
+    assert img and unescape(img.group(2)) == alt and png in img.group(0), html[html.find("<img"):][:300]

@@ -1,16 +1,49 @@
-"""Figures the notebooks share: heatmaps of weights and masks, growth on log-log axes, and the colours of the
-attention layouts (MHA, GQA, MQA), so that every figure draws a layout in the same colour.
+"""Figures the notebooks share: heatmaps of weights and masks, growth on log-log axes, the course's colour-blind-safe
+palette, the colours of the attention layouts (MHA, GQA, MQA), and :func:`show`, which shows a figure with its text
+alternative.
 
-matplotlib is imported inside the functions so that ``import attnlab`` stays numpy-only.
+The palette is Okabe and Ito's (*Color Universal Design*, 2008, https://jfly.uni-koeln.de/color/), less its yellow,
+which is too pale on white. Importing this module makes it matplotlib's colour cycle (``C0`` ... ``C6``), each colour
+with its own line style, so that two series differ in more than colour; ``tests/test_plot_widgets.py`` simulates
+deuteranopia, protanopia and tritanopia (Machado et al. 2009, via colorspacious) and requires every pair to stay apart.
+``import attnlab`` itself stays numpy-only: this module is imported on first use of ``attnlab.plot``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-LAYOUT_COLORS = {"MHA": "tab:purple", "GQA": "tab:orange", "MQA": "tab:blue"}
+PALETTE = {
+    "blue": "#0072B2", "vermillion": "#D55E00", "bluish green": "#009E73", "reddish purple": "#CC79A7",
+    "orange": "#E69F00", "sky blue": "#56B4E9", "black": "#000000",
+}
+"""The course's series colours, in the order of matplotlib's cycle (``C0`` is blue, ``C1`` vermillion, ...)."""
+
+LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3)))
+"""The line style that goes with each palette colour in the cycle: series are told apart without colour too."""
+
+LAYOUT_COLORS = {"MHA": PALETTE["black"], "GQA": PALETTE["blue"], "MQA": PALETTE["orange"]}
 """One colour per key/value layout: every query head has its own K and V (MHA), groups share them (GQA), all share one
-(MQA)."""
+(MQA). Darkest to lightest as the key/value heads get fewer, so the three differ in lightness, not only in hue."""
+
+STYLE = {
+    "axes.prop_cycle": None,  # filled in by use_style (it needs matplotlib's cycler)
+    "figure.facecolor": "white",  # an opaque figure stays legible on a dark page
+    "savefig.facecolor": "white",
+}
+"""The rc settings the course's figures are drawn with (:func:`use_style`)."""
+
+
+def use_style() -> None:
+    """Make the course palette (with its line styles) matplotlib's default cycle, and figures opaque white.
+
+    Called when this module is imported, so a notebook that does ``from attnlab import plot`` draws in it.
+    """
+    import matplotlib as mpl
+    from cycler import cycler
+
+    style = dict(STYLE, **{"axes.prop_cycle": cycler(color=list(PALETTE.values()), linestyle=list(LINESTYLES))})
+    mpl.rcParams.update(style)
 
 
 def layout_name(H: int, Hkv: int) -> str:
@@ -144,21 +177,66 @@ GENERIC_ALT = ("figure", "plot", "a plot", "a figure", "chart", "image", "graph"
 """Text alternatives that say nothing about what a figure shows; ``show`` refuses them."""
 
 
-def show(fig=None, *, alt: str) -> None:
-    """Show ``fig`` (the current figure by default) with ``alt``, its text alternative: what the figure shows and what
-    to notice in it, in a sentence or two a screen reader can read out.
-
-    In a notebook the figure is displayed as the inline backend draws it, with ``alt`` as its plain-text form and as the
-    image's ``alt`` metadata, which nbconvert (the site and the slides) writes into the ``<img alt="...">``; the figure is
-    then closed. Outside a notebook this is ``plt.show()``.
-    """
-    import matplotlib.pyplot as plt
-
+def check_alt(alt) -> str:
+    """``alt`` with its white space collapsed; raises ValueError if it is not a text alternative that says something
+    (a str of 6 words or more, not one of ``GENERIC_ALT``)."""
     if not isinstance(alt, str):
         raise ValueError(f"alt must be a str describing the figure, got {type(alt).__name__}")
     alt = " ".join(alt.split())
     if len(alt.split()) < 6 or alt.lower().rstrip(".") in GENERIC_ALT:
         raise ValueError(f"alt must say what the figure shows and what to notice (6 words or more), got {alt!r}")
+    return alt
+
+
+def image_bundle(png_base64: str, alt: str) -> tuple[dict, dict]:
+    """A display bundle of a PNG (base64) with its text alternative, for every frontend: ``image/png`` with ``alt``
+    in its metadata (nbconvert's templates of the site and slides read it), ``text/html`` as ``<img alt=...>``
+    (JupyterLab's image renderer ignores the metadata, its HTML renderer keeps ``alt``), and ``alt`` as text/plain."""
+    from html import escape
+
+    alt = check_alt(alt)
+    html = f'<img src="data:image/png;base64,{png_base64}" alt="{escape(alt, quote=True)}">'
+    return {"image/png": png_base64, "text/html": html, "text/plain": alt}, {"image/png": {"alt": alt}}
+
+
+def series_colors(fig) -> list[str]:
+    """The distinct colours (``#rrggbb``) of the series a figure's legends name: the colours a reader must tell
+    apart. :func:`show` stores them with the figure, where a test checks them under colour-vision simulation."""
+    from matplotlib.colors import to_hex
+
+    found = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        for handle in (legend.legend_handles if legend is not None else []):
+            getter = getattr(handle, "get_color", None) or getattr(handle, "get_facecolor", None)
+            if getter is None:
+                continue
+            color = getter()
+            if len(np.shape(color)) == 2:  # a collection: its first colour
+                if not len(color):
+                    continue
+                color = color[0]
+            if isinstance(color, str) and color.lower() == "none":
+                continue
+            hex_ = to_hex(color)
+            if hex_ not in found:
+                found.append(hex_)
+    return found
+
+
+def show(fig=None, *, alt: str) -> None:
+    """Show ``fig`` (the current figure by default) with ``alt``, its text alternative: what the figure shows and what
+    to notice in it, in a sentence or two a screen reader can read out.
+
+    In a notebook the figure is displayed as the inline backend draws it, with ``alt`` as its plain-text form, as the
+    image's ``alt`` metadata (which the site's and the slides' templates write into ``<img alt="...">``) and as an
+    HTML ``<img alt="...">``, the form JupyterLab renders (see :func:`image_bundle`); the colours of the series its
+    legends name go into the output's metadata (``attnlab.series_colors``). The figure is then closed. Outside a
+    notebook this is ``plt.show()``.
+    """
+    import matplotlib.pyplot as plt
+
+    alt = check_alt(alt)
     fig = plt.gcf() if fig is None else fig
     if not hasattr(fig, "savefig"):
         raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
@@ -173,9 +251,18 @@ def show(fig=None, *, alt: str) -> None:
     from IPython.display import display
 
     data, metadata = shell.display_formatter.format(fig)  # exactly what the inline backend would have shown
-    data["text/plain"] = alt
-    for mime in data:
-        if mime.startswith("image/"):
-            metadata.setdefault(mime, {})["alt"] = alt
-    display(data, raw=True, metadata=metadata)
+    if "image/png" not in data:
+        raise ValueError(f"the inline backend must show figures as PNG, got {sorted(data)}")
+    bundle, image_metadata = image_bundle(data["image/png"], alt)
+    data.update(bundle)
+    for mime, meta in metadata.items():  # the inline backend's width/height of a retina figure
+        if isinstance(meta, dict):
+            image_metadata.setdefault(mime, {}).update({k: v for k, v in meta.items() if k != "alt"})
+    image_metadata["attnlab"] = {"series_colors": series_colors(fig)}
+    display(data, raw=True, metadata=image_metadata)
     plt.close(fig)
+
+try:  # a learner's `pip install attnlab` may come without matplotlib: the names above still work
+    use_style()
+except ImportError:  # pragma: no cover
+    pass

@@ -5,6 +5,12 @@ anything else IPython can display). It degrades gracefully: the displayed bundle
 default state, so a viewer without a widget frontend (GitHub, nbviewer, a plain ``nbconvert``) shows that picture, and
 without ipywidgets installed the explorer shows only the picture, with a note, and no error.
 
+Every picture an explorer shows, live or static, carries a text alternative (``alt=``: a str, or a function of the
+control values that returns one, so that it can say what the picture shows now), the way :func:`attnlab.plot.show`
+carries it: in an HTML ``<img alt>``, in the PNG's metadata and as plain text. Without ``alt=`` it is derived from the
+first line of ``draw``'s docstring and the control values, and marked so (``attnlab.alt_derived``): a test of the
+notebooks asks for a written one.
+
 A slider step should feel immediate, and re-plotting a whole figure can take most of a second. So ``draw`` may keep its
 figure: if it has an argument named ``view``, it gets the same namespace on every call, with ``view.fig`` ``None`` the
 first time. It builds the figure and its artists then, keeps them on ``view``, and on later calls only updates them
@@ -38,8 +44,8 @@ def _is_figure(obj) -> bool:
     return type(obj).__name__ == "Figure" and hasattr(obj, "savefig")
 
 
-def _static_bundle(result) -> dict:
-    """A mimebundle of ``result`` without widgets: PNG for a figure, else the object's own reprs."""
+def _static_bundle(result, alt: str) -> dict:
+    """A mimebundle of ``result`` without widgets: PNG for a figure (with ``alt``), else the object's own reprs."""
     if _is_figure(result):
         import matplotlib.pyplot as plt
 
@@ -47,10 +53,19 @@ def _static_bundle(result) -> dict:
             artist.set_animated(False)
         png = _figure_png(result)
         plt.close(result)
-        return {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": "<attnlab explorer: static view>"}
+        return _picture(base64.b64encode(png).decode("ascii"), alt)
     from IPython.core.formatters import format_display_data
 
     data, _ = format_display_data(result)
+    return data
+
+
+def _picture(png_base64: str, alt: str) -> dict:
+    """The static picture's bundle: the PNG with its text alternative, as :func:`attnlab.plot.image_bundle` makes it."""
+    from .plot import image_bundle
+
+    data, _ = image_bundle(png_base64, alt)
+    data["text/plain"] = f"(explorer, static view) {data['text/plain']}"
     return data
 
 
@@ -145,8 +160,13 @@ class Explorer:
     way a learner would, which is how the tests drive it.
     """
 
-    def __init__(self, draw, controls: dict):
+    def __init__(self, draw, controls: dict, alt=None):
+        from .plot import check_alt  # importing attnlab.plot sets the course's palette before the first drawing
+
+        if alt is not None and not callable(alt):
+            check_alt(alt)
         self.draw = draw
+        self.alt = alt
         self.defaults = {}
         self.live = "view" in inspect.signature(draw).parameters and "view" not in controls
         self.view = View()  # what a live `draw` keeps between the widget's calls
@@ -170,19 +190,44 @@ class Explorer:
                 control.value = start[name]
             if hasattr(control, "style") and hasattr(control.style, "description_width"):
                 control.style.description_width = "initial"  # show whole labels, not "temperat..."
+            if hasattr(control, "description") and not control.description:
+                control.description = name  # every control has a visible label, its accessible name
+            if hasattr(control, "tooltip") and not control.tooltip:
+                control.tooltip = control.description
         self.widget = ipywidgets.interactive(self._show, **made)
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)
+
+    def alt_text(self, values: dict) -> tuple[str, bool]:
+        """The text alternative of the picture for these control values, and whether it was derived (not written)."""
+        from .plot import check_alt
+
+        if callable(self.alt):
+            return check_alt(self.alt(**values)), False
+        if self.alt is not None:
+            return check_alt(self.alt), False
+        doc = (inspect.getdoc(self.draw) or "").strip().split("\n")[0].rstrip(".")
+        state = ", ".join(f"{name} = {value}" for name, value in values.items())
+        return check_alt(f"Explorer picture{': ' + doc if doc else ''}, drawn with {state or 'no controls'}."), True
+
+    def _bundle(self, png_base64: str, values: dict) -> tuple[dict, dict]:
+        from .plot import image_bundle
+
+        alt, derived = self.alt_text(values)
+        data, metadata = image_bundle(png_base64, alt)
+        metadata["attnlab"] = {"alt_derived": derived}
+        return data, metadata
 
     def _call(self, values: dict, view):
         return self.draw(**values, view=view) if self.live else self.draw(**values)
 
     def _show(self, **values):
-        from IPython.display import Image, display
+        from IPython.display import display
 
         if self._held and self._last is not None:
-            display(self._last)  # the picture stays as it is while controls are held
-            return
+            data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), self._last_values)
+            display(data, raw=True, metadata=metadata)
+            return  # the picture stays as it is while controls are held
         result = self._call(values, self.view)
         if not _is_figure(result):
             display(result)
@@ -194,9 +239,10 @@ class Explorer:
             raise ValueError("a draw with a view must build view.fig once and return it, got another figure")
         # rendered here rather than by IPython: one draw (no tight-bbox pass), partial when the figure persists
         canvas = self._canvas if self.live else _LiveCanvas()
-        self._last = Image(data=canvas.png(result), format="png")
+        self._last = canvas.png(result)
         self._last_values = dict(values)
-        display(self._last)
+        data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
+        display(data, raw=True, metadata=metadata)
 
     @contextlib.contextmanager
     def hold(self):
@@ -218,20 +264,21 @@ class Explorer:
             controls[name].value = value
 
     def _repr_mimebundle_(self, include=None, exclude=None):
+        alt, derived = self.alt_text(self.defaults)
         if self._last is not None and self._last_values == self.defaults:  # the widget already drew the defaults:
-            static = {"image/png": _recompressed(self._last.data),            # that picture, not a second drawing
-                      "text/plain": "<attnlab explorer: static view>"}
+            static = _picture(_recompressed(self._last), alt)                 # that picture, not a second drawing
         else:
-            static = _static_bundle(self._call(self.defaults, View()))  # a figure of its own
+            static = _static_bundle(self._call(self.defaults, View()), alt)  # a figure of its own
+        metadata = {"image/png": {"alt": alt}, "attnlab": {"alt_derived": derived}} if "image/png" in static else {}
         if self.widget is None:
-            static["text/plain"] = "(static view: install ipywidgets to make this explorer interactive)"
-            return static
+            static["text/plain"] = f"(static view: install ipywidgets to make this explorer interactive) {alt}"
+            return static, metadata
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
         # a frontend with widget support shows the widget; any other shows the static picture instead of plain text
         for mime, value in static.items():
             if mime != "text/plain":
                 bundle.setdefault(mime, value)
-        return bundle
+        return bundle, metadata
 
 
 def _default_value(control, start):
@@ -249,8 +296,11 @@ def _default_value(control, start):
     return control
 
 
-def explorer(draw, /, **controls) -> Explorer:
+def explorer(draw, /, *, alt=None, **controls) -> Explorer:
     """Make an explorer: ``draw(**values)`` is called with the value of every control.
+
+    ``alt`` is the text alternative of its picture: what it shows and what to notice, as a str, or a function of the
+    control values (called like ``draw``) that returns one. Without it, one is derived from ``draw``'s docstring.
 
     Controls are ``ipywidgets`` widgets or the abbreviations ``ipywidgets.interact`` understands: ``(min, max, step)``
     for a slider, a list for a dropdown, a bool for a checkbox. A control starts at the default value of the matching
@@ -280,4 +330,4 @@ def explorer(draw, /, **controls) -> Explorer:
     """
     if not callable(draw):
         raise ValueError(f"draw must be a function of the control values, got {type(draw).__name__}")
-    return Explorer(draw, controls)
+    return Explorer(draw, controls, alt)

@@ -1,14 +1,23 @@
 """The slides and the website as a reader meets them: opened from file:// in headless Chromium, with no network.
 
-The decks and the site are built once per session (``attnlab_course.publish``) into a temporary folder. Every request
+The decks and the site are built once per session (``attnlab_course.publish``) into a temporary folder (or taken from
+``ATTNLAB_PUBLISHED``, a folder with ``slides/`` and ``site/`` built from this checkout, to check a build again). Every
+request
 that is not a local file (``file:``, ``data:``, ``blob:``) or loopback is blocked and recorded; a test fails on any
 such request, on any console error, page error or failed local request. Screenshots of a few slides and pages go to
 ``artifacts/publish/`` (git ignores it) and the build times and sizes to ``artifacts/publish/build.json``.
+
+Accessibility: axe-core (``tests/browser/axe.py``, pinned and sha512-checked) audits every deck and every page of the site
+against the WCAG 2.1 A and AA rules, in light and in dark mode (``prefers-color-scheme``), on the pages the other checks
+load anyway; there must be no violation. Rules skipped: none (``axe.SKIPPED``), except ``image-alt`` on the pages of
+the notebooks in ``ALT_PENDING``, whose figures their owners are still describing (issue 21). In the decks, keyboard
+focus must stay on the slide on show, and the Colab set-up cell is no slide.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import urllib.parse
@@ -22,6 +31,7 @@ from attnlab_course.publish import assets
 from attnlab_course.publish.build import ROOT, build_site, build_slides, course_notebooks, docs_pages
 from attnlab_course.publish.slideshow import SLIDE_HEIGHT, SLIDE_WIDTH
 
+from . import axe
 from .conftest import ARTIFACTS, CHROMIUM
 
 if not CHROMIUM.exists():
@@ -33,12 +43,29 @@ SHOTS = ARTIFACTS / "publish"
 NOTEBOOKS = [item.stem for item in course_notebooks()]
 DOCS = [stem for stem, _, _ in docs_pages()]  # docs/*.md, the instructor guide aside
 SCREENSHOT_SLIDES = {"02_masks": 4, "03_why_sqrt_dk": 10, "06_online_softmax": 12}  # deck -> a subslide to show
+CACHE = ROOT / "build" / ".cache" / "npm"  # the npm tarballs, kept between runs (checked against their pins)
+# notebooks whose figures have no text alternative yet (their owners write them): image-alt is not checked on their pages
+ALT_PENDING = {"03_why_sqrt_dk", "04_heads_and_kv_cache", "05_cost", "07_attention_that_learns", "08_beyond_quadratic"}
+
+
+def audit(page, what: str, stem: str | None = None) -> list[str]:
+    """axe's WCAG 2.1 A/AA violations on ``page`` in light and dark mode, as lines ``what (mode): rule ...``."""
+    found = []
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        violations = [v for v in axe.audit(page, CACHE) if not (v["id"] == "image-alt" and stem in ALT_PENDING)]
+        if violations:
+            found.append(f"{what} ({scheme}): {axe.summary(violations)}")
+    page.emulate_media(color_scheme="light")
+    return found
 
 
 @pytest.fixture(scope="session")
 def published(tmp_path_factory):
+    if os.environ.get("ATTNLAB_PUBLISHED"):
+        return Path(os.environ["ATTNLAB_PUBLISHED"])
     out = tmp_path_factory.mktemp("publish")
-    cache = ROOT / "build" / ".cache" / "npm"  # the npm tarballs, kept between runs (checked against their pins)
+    cache = CACHE
     if shutil.which("npm") is None and not all(any(cache.glob(f"*-{p.version}.tgz")) for p in assets.PACKAGES):
         pytest.skip("publishing tests skipped: npm is needed once to fetch the pinned reveal.js and MathJax packages")
     slides, site = build_slides(out / "slides", cache=cache), build_site(out / "site", cache=cache)
@@ -131,6 +158,21 @@ def test_deck_works_offline_and_fits_the_slides(stem, published, watched):
     tall = [(s["h"], s["v"], s["overflow"]) for s in slides if s["overflow"] > 8]
     assert not tall, f"{stem}: content below the slide's bottom edge (slide h, v, px): {tall}"
 
+    # landmarks, language, title; the Colab set-up cell is no slide; Tab stays on the slide on show
+    assert page.evaluate("() => document.documentElement.lang") == "en" and page.title().strip(), stem
+    assert page.locator("main").count() == 1, f"{stem}: one <main> landmark"
+    assert "Google Colab only" not in page.locator(".reveal .slides").inner_text(), f"{stem}: the Colab cell is a slide"
+    page.evaluate("() => Reveal.slide(0, 0)")
+    strays = [None] * 15
+    for n in range(15):
+        page.keyboard.press("Tab")
+        strays[n] = page.evaluate("""() => { const s = document.activeElement.closest('.reveal .slides section');
+            return s && !(s === Reveal.getCurrentSlide() || s.contains(Reveal.getCurrentSlide())) ?
+                document.activeElement.outerHTML.slice(0, 80) : null; }""")
+    assert not any(strays), f"{stem}: Tab stops on slides not on show: {[s for s in strays if s]}"
+    violations = audit(page, f"slides/{stem}.html", stem)
+    assert not violations, "\n".join(violations)
+
     if stem in SCREENSHOT_SLIDES:
         n = SCREENSHOT_SLIDES[stem]
         for k, s in enumerate(slides[n:n + 3]):
@@ -155,7 +197,7 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
     site = published / "site"
     page = watched.page
     page.set_viewport_size({"width": 1280, "height": 900})
-    seen, todo, broken, math = set(), [(site / "index.html").as_uri()], [], {}
+    seen, todo, broken, math, violations = set(), [(site / "index.html").as_uri()], [], {}, []
     while todo:
         url = todo.pop(0)
         if url in seen:
@@ -170,8 +212,12 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
             math[name] = page.locator("mjx-container svg").count()
         if page.locator("script[type='application/vnd.jupyter.widget-state+json']").count():
             page.wait_for_selector(".widget-output img", timeout=30_000)  # explorers show their stored state
+        violations += audit(page, name, name.removesuffix(".html"))
         if name in ("index.html", "02_masks.html", "instructor-guide.html"):
             page.screenshot(path=str(SHOTS / f"site__{name.removesuffix('.html')}.png"))
+            page.emulate_media(color_scheme="dark")
+            page.screenshot(path=str(SHOTS / f"site__{name.removesuffix('.html')}__dark.png"))
+            page.emulate_media(color_scheme="light")
         if name == "02_masks.html":
             page.locator(".widget-output img").first.scroll_into_view_if_needed()
             page.screenshot(path=str(SHOTS / "site__02_masks__explorer.png"))
@@ -192,6 +238,7 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
             elif path.suffix == ".html" and target not in seen:
                 todo.append(target)
     assert not broken, f"links that do not resolve: {broken}"
+    assert not violations, "WCAG 2.1 A/AA violations (axe-core):\n" + "\n".join(violations)
     pages = {Path(urllib.parse.urlsplit(u).path).name for u in seen}
     expected = {f"{s}.html" for s in NOTEBOOKS + DOCS} | {"index.html", "instructor-guide.html"}
     assert expected <= pages, f"pages not reachable from the landing page: {sorted(expected - pages)}"

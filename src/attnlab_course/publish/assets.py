@@ -14,6 +14,7 @@ package                                version   what the pages load
 ``requirejs``                          2.3.8     the AMD loader that nbconvert's reveal template and the widget
                                                  renderer expect
 ``@jupyter-widgets/html-manager``      1.0.15    ``embed-amd.js``: renders the explorers' stored widget state
+``axe-core``                           4.11.0    ``axe.min.js``, for the browser tests only (WCAG 2.1 A/AA audit)
 =====================================  ========  =============================================================
 """
 
@@ -58,6 +59,19 @@ PACKAGES = (
             "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
             ("dist/embed-amd.js",), "html-manager"),
 )
+
+AXE = Package("axe-core", "4.11.0",
+              "sha512-ilYanEU8vxxBexpJd8cWM4ElSQq4QctCLKih0TSfjIfCQTeyH/6zVrmIJfLPrKTKJRbiG+cfnZbQIjAlJmF1jQ==",
+              ("axe.min.js",), "axe-core")
+"""The accessibility engine of the browser tests (tests/browser/test_accessibility.py): fetched and checked like the
+others, never copied into a page."""
+
+
+def read(package: Package, path: str, cache: Path) -> str:
+    """The text of one file of a package (fetched and checked as :func:`fetch` does)."""
+    with tarfile.open(fetch(package, cache)) as tar:
+        return tar.extractfile(f"package/{path}").read().decode("utf-8")
+
 
 # URLs of the assets relative to a page in <out>/, as nbconvert's options want them
 REVEAL = "_static/reveal.js"

@@ -113,21 +113,25 @@ def build_slides(out: Path, root: Path = ROOT, cache: Path | None = None) -> dic
     return {"seconds": round(time.perf_counter() - start, 1), "decks": decks, "static_bytes": static}
 
 
-def _page(title: str, body: str, css: str = "", head: str = "") -> str:
-    """A plain HTML page in the site's style (system fonts, no scripts)."""
+def _page(title: str, body: str, css: str = "", head: str = "", nav: str = "") -> str:
+    """A plain HTML page in the site's style (system fonts, no scripts): ``nav`` above, ``body`` in ``<main>``; dark
+    when the reader's system asks for it; links underlined and at 4.5:1 or more in both."""
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1.0">\n<title>{escape(title)}</title>\n'
             f"<style>\nbody {{ max-width: 1000px; margin: 0 auto; padding: 0 16px 40px; line-height: 1.5;\n"
-            f'  font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; color: #222; }}\n'
+            f'  font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; color: #222; background: #fff; }}\n'
             f"a {{ color: #1a5fb4; }} code {{ font-family: \"DejaVu Sans Mono\", monospace; background: #f3f3f3; "
-            f"padding: 0 3px; }}\ntable {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; "
+            f"padding: 0 3px; }}\n:root {{ color-scheme: light dark; }}\n"
+            f"@media (prefers-color-scheme: dark) {{ body {{ color: #e8e8e8; background: #121212; }} "
+            f"a {{ color: #8cb4ff; }} code {{ background: #2a2a2a; }} td, th {{ border-color: #555 !important; }} }}\n"
+            f"table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; "
             f"padding: 4px 8px; text-align: left; vertical-align: top; }}\n"
             f"nav.attnlab-nav {{ display: flex; flex-wrap: wrap; gap: 0.4em 1.4em; padding: 10px 0; "
             f"border-bottom: 1px solid #ddd; }}\nnav.attnlab-nav a {{ text-decoration: none; }}\n"
             f"nav.attnlab-nav .spacer {{ flex: 1; }}\n"
             f"a.anchor-link {{ visibility: hidden; margin-left: 0.3em; text-decoration: none; }}\n"
             f":hover > a.anchor-link {{ visibility: visible; }}\n{css}</style>\n{head}\n"
-            f"</head>\n<body>\n{body}\n</body>\n</html>\n")
+            f"</head>\n<body>\n{nav}{chr(10) if nav else ''}<main>\n{body}\n</main>\n</body>\n</html>\n")
 
 
 EXPLORER_NOTE = ("*A static copy of an explorer: the controls show their stored state and do nothing here. Run the "
@@ -149,7 +153,8 @@ def _nav(pages: list[tuple[str, str]], index: int | None, item: CourseNotebook |
         if item.solution:
             links.append(f'<a href="notebooks/solutions/{item.stem}.ipynb" download>solution notebook (.ipynb)</a>')
     links.append('<a href="instructor-guide.html">Instructor guide</a>')
-    return f'<nav class="attnlab-nav {where}">' + " ".join(links) + "</nav>"
+    label = "Course pages" if where == "top" else "Course pages (bottom)"  # two nav landmarks, each named
+    return f'<nav class="attnlab-nav {where}" aria-label="{label}">' + " ".join(links) + "</nav>"
 
 
 def _course_map(readme: str, pages: dict[str, str]) -> str:
@@ -259,21 +264,21 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
         {"mathjax_url": assets.MATHJAX, "require_js_url": assets.REQUIRE}))
     guide_html = markdown2html_mistune(_site_links(guide.render(root), root))
     (out / "instructor-guide.html").write_text(_page(
-        "Attention from Scratch: instructor guide",
-        _nav(pages, None, None, "top") + "\n" + guide_html, head=str(mathjax)), encoding="utf-8")
+        "Attention from Scratch: instructor guide", guide_html, head=str(mathjax), nav=_nav(pages, None, None, "top")),
+        encoding="utf-8")
 
     docs, docs_built = docs_pages(root), {}
     for stem, title, path in docs:  # the docs pages the README links to
         page_html = markdown2html_mistune(_site_links(path.read_text(encoding="utf-8"), root))
-        (out / f"{stem}.html").write_text(_page(f"Attention from Scratch: {title}",
-                                                _nav(pages, None, None, "top") + "\n" + page_html,
-                                                css="pre { overflow-x: auto; }\n"), encoding="utf-8")
+        (out / f"{stem}.html").write_text(_page(f"Attention from Scratch: {title}", page_html,
+                                                css="pre { overflow-x: auto; }\n", nav=_nav(pages, None, None, "top")),
+                                          encoding="utf-8")
         docs_built[stem] = (out / f"{stem}.html").stat().st_size
 
     readme = (Path(root) / "README.md").read_text(encoding="utf-8")
     intro = readme.split("\n## ")[0].split("\n", 1)[1].split("\n|")[0].strip()
     intro = "\n".join(line for line in intro.splitlines() if not line.startswith("[![")).strip()  # no badges offline
-    body = (_nav(pages, None, None, "top") + "\n<h1>Attention from Scratch</h1>\n" + markdown2html_mistune(intro)
+    body = ("<h1>Attention from Scratch</h1>\n" + markdown2html_mistune(intro)
             + "\n<h2>The course</h2>\n" + _course_map(readme, dict(pages))
             + "\n<p>Each page shows a notebook with its stored outputs, the reference solutions included; download "
               "the learner version (exercises left for you) or the solution version from the bar at its top. "
@@ -282,5 +287,6 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
               "discussion prompts, the mistakes each exercise diagnoses, grading).</p>\n"
             + "<h2>More about the course</h2>\n<ul>\n"
             + "".join(f'<li><a href="{stem}.html">{escape(title)}</a></li>\n' for stem, title, _ in docs) + "</ul>")
-    (out / "index.html").write_text(_page("Attention from Scratch", body, head=str(mathjax)), encoding="utf-8")
+    (out / "index.html").write_text(_page("Attention from Scratch", body, head=str(mathjax),
+                                          nav=_nav(pages, None, None, "top")), encoding="utf-8")
     return {"seconds": round(time.perf_counter() - start, 1), "pages": built, "docs": docs_built}

@@ -12,6 +12,7 @@ The rules, in the order a reader meets them:
   and the check cell is skipped; the header's time block goes to the notes;
 * printed output longer than ``MAX_OUTPUT_LINES`` is cut, saying how many lines are left out;
 * a paragraph or list taller than a slide gets smaller text (``attnlab-text-small``);
+* the Colab set-up cell is skipped (it is set-up, not content);
 * every code cell gets a font size (a ``attnlab-code-N`` tag, N in px) at which its longest line fits the slide.
 """
 
@@ -25,6 +26,7 @@ import re
 import nbformat
 
 from ..authoring import cell_role, stub_solution
+from ..colab import is_colab_cell
 from ..timing import TIME_MARK
 
 SLIDE_WIDTH, SLIDE_HEIGHT = 1280, 720
@@ -186,7 +188,7 @@ def explorer_controls(source: str) -> list[str]:
         return []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "explorer":
-            return [k.arg for k in node.keywords if k.arg]
+            return [k.arg for k in node.keywords if k.arg and k.arg != "alt"]  # alt= describes, it controls nothing
     return []
 
 
@@ -236,7 +238,7 @@ def slides_notebook(nb):
             if notes.strip():
                 cells.append((nbformat.v4.new_markdown_cell(notes), "notes", 0))
             continue
-        if cell.cell_type != "code":
+        if cell.cell_type != "code" or is_colab_cell(cell):  # the Colab set-up cell is no slide
             cells.append((cell, "skip", 0))
             continue
         cell.source = NBVAL.sub("", cell.source).strip("\n")

@@ -1,0 +1,39 @@
+"""axe-core (pinned and sha512-checked like the pages' own npm assets, ``attnlab_course.publish.assets.AXE``) run on
+an open page, limited to the WCAG 2.1 A and AA rules.
+
+``SKIPPED`` lists every rule the audit leaves out, with the reason; it is empty and should stay so.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from attnlab_course.publish import assets
+
+TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+SKIPPED: dict[str, str] = {}  # rule id -> why it cannot apply here
+
+
+@lru_cache(maxsize=1)
+def source(cache: Path) -> str:
+    return assets.read(assets.AXE, "axe.min.js", cache)
+
+
+def audit(page, cache: Path) -> list[dict]:
+    """The WCAG 2.1 A/AA violations on ``page`` as it is now: ``{"id", "impact", "nodes": [target, ...], "help"}``."""
+    if not page.evaluate("() => !!window.axe"):
+        page.add_script_tag(content=source(cache))
+    result = page.evaluate(
+        """(options) => axe.run(document, options).then(r => r.violations.map(v => ({
+              id: v.id, impact: v.impact, help: v.help,
+              nodes: v.nodes.map(n => n.target.join(' ') + (n.failureSummary ? ' :: ' + n.failureSummary.split('\\n')
+                  .slice(1, 2).join('').slice(0, 160) : ''))})))""",
+        {"runOnly": {"type": "tag", "values": TAGS},
+         "rules": {rule: {"enabled": False} for rule in SKIPPED},
+         "resultTypes": ["violations"]})
+    return result
+
+
+def summary(violations: list[dict]) -> str:
+    return "; ".join(f"{v['id']} ({v['impact']}, {len(v['nodes'])}): {v['nodes'][:3]}" for v in violations)
