@@ -45,7 +45,7 @@ DOCS = [stem for stem, _, _ in docs_pages()]  # docs/*.md, the instructor guide 
 SCREENSHOT_SLIDES = {"02_masks": 4, "03_why_sqrt_dk": 10, "06_online_softmax": 12}  # deck -> a subslide to show
 CACHE = ROOT / "build" / ".cache" / "npm"  # the npm tarballs, kept between runs (checked against their pins)
 # notebooks whose figures have no text alternative yet (their owners write them): image-alt is not checked on their pages
-ALT_PENDING = {"03_why_sqrt_dk", "04_heads_and_kv_cache", "05_cost", "07_attention_that_learns", "08_beyond_quadratic"}
+ALT_PENDING: set[str] = set()  # notebooks whose figures are still being described (none)
 
 
 def audit(page, what: str, stem: str | None = None) -> list[str]:
