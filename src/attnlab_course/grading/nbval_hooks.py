@@ -5,6 +5,8 @@ kernel, and this plugin
 
 * starts that kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start is
   replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
+* starts the kernel as soon as pytest is configured, while the runner is still building the notebook: the kernel
+  nbval then asks for is that one (:func:`_start_early`), and the run waits for the notebook to appear;
 * listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
   cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
   grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
@@ -139,7 +141,7 @@ def pytest_configure(config):
     import nbval.kernel
 
     if grading.get("sandbox_config"):
-        nbval.kernel.start_new_kernel = _sandboxed_kernel_starter(grading)
+        start = _sandboxed_kernel_starter(grading)
     else:
         os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
         os.environ["ATTNLAB_CHECK_KEY"] = grading.get("key", "")
@@ -150,7 +152,47 @@ def pytest_configure(config):
             _state["km"] = km
             return km, kc
 
-        nbval.kernel.start_new_kernel = start
+    if grading.get("notebook"):
+        start = _start_early(start, config, Path(grading["notebook"]))
+        _wait_for(Path(grading["notebook"]), float(grading.get("notebook_wait", 120)))
+    nbval.kernel.start_new_kernel = start
+
+
+def _start_early(start, config, notebook: Path):
+    """Start the kernel now, in a thread, with the arguments nbval's ``RunningKernel`` will give, and return the
+    kernel start nbval calls: the first call takes that kernel (or its failure), later calls start new ones."""
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME
+
+    early: dict = {}
+    kwargs = {"startup_timeout": config.option.nbval_kernel_startup_timeout, "kernel_name": CURRENT_ENV_KERNEL_NAME,
+              "stderr": open(os.devnull, "w"), "cwd": str(notebook.parent)}
+
+    def run():
+        try:
+            early["kernel"] = start(**kwargs)
+        except BaseException as exc:  # nbval's own call raises it: the record says the kernel did not start
+            early["error"] = exc
+
+    thread = threading.Thread(target=run, name="attnlab-kernel-start", daemon=True)
+    thread.start()
+
+    def started(*args, **kw):
+        if thread is None or early.get("taken"):
+            return start(*args, **kw)
+        thread.join()
+        early["taken"] = True
+        if "error" in early:
+            raise early["error"]
+        return early["kernel"]
+
+    return started
+
+
+def _wait_for(path: Path, seconds: float) -> None:
+    """Wait until the runner has written the notebook (it appears complete, by a rename), at most ``seconds``."""
+    give_up = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < give_up:
+        time.sleep(0.005)
 
 
 # --- judging a check cell ----------------------------------------------------------------------------------------
