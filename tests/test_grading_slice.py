@@ -3,8 +3,10 @@
 Without a kernel: what the dependency analysis keeps and drops on small notebooks (names read, changed through a
 method, an alias, a notebook function or a callable passed on; state outside the names; opaque cells), the attacks a
 learner can make through the exercise cells (hide a check cell, change what the checks run on, reach a dropped name
-dynamically), and the kernel started while the notebook is prepared. With kernels: every notebook's correct, stub and
-wrong submissions graded sliced and in full, with the same verdicts.
+dynamically), and the kernel started while the notebook is prepared. With kernels: one submission of every notebook
+whose exercises are in turn correct, stubs and wrong, graded sliced and in full with the same secret seed: the same
+verdicts and messages. (The fixture submissions of test_grader.py, whose expected verdicts were set by full runs, are
+graded sliced there, as every grading now is.)
 """
 
 from __future__ import annotations
@@ -182,71 +184,82 @@ def test_the_trusted_side_gets_the_same_setup_sliced_or_not(tmp_path, monkeypatc
 # --- the kernel starts while the notebook is prepared ------------------------------------------------------------
 
 
-def test_the_kernel_starts_before_the_notebook_exists_and_nbval_gets_that_kernel(tmp_path):
+def test_the_kernel_starts_before_the_notebook_exists_and_nbval_gets_that_kernel(tmp_path, monkeypatch):
     notebook = tmp_path / "submission.ipynb"
-    calls = []
+    launched = []
 
-    def start(**kwargs):
-        calls.append((kwargs, notebook.exists(), threading.current_thread().name))
-        return f"kernel {len(calls)}"
+    def launch(grading, kernel_name, **kwargs):
+        launched.append((kernel_name, kwargs, notebook.exists()))
+        return f"kernel {len(launched)}"
 
-    config = SimpleNamespace(option=SimpleNamespace(nbval_kernel_startup_timeout=60))
-    started = nbval_hooks._start_early(start, config, notebook)
+    monkeypatch.setattr(nbval_hooks, "_launch", launch)
+    monkeypatch.setattr(nbval_hooks, "_connect", lambda km, startup_timeout: (km, f"client of {km}"))
+    early = nbval_hooks._launch_early({}, notebook)
+    (kernel_name, kwargs, existed), = launched
+    assert not existed, "the kernel was launched before the notebook was there"
+    assert kernel_name == nbval_kernel.CURRENT_ENV_KERNEL_NAME and kwargs["cwd"] == str(tmp_path)
     threading.Timer(0.3, notebook.write_text, ["{}"]).start()
     before = time.monotonic()
     nbval_hooks._wait_for(notebook, 30)
-    assert notebook.exists() and time.monotonic() - before >= 0.2
-    assert started() == "kernel 1", "nbval takes the kernel started early"
-    (kwargs, existed, thread), = calls
-    assert not existed and thread == "attnlab-kernel-start", "it started in a thread, before the notebook was there"
-    assert kwargs["cwd"] == str(tmp_path) and kwargs["kernel_name"] == nbval_kernel.CURRENT_ENV_KERNEL_NAME
-    assert started() == "kernel 2", "a second kernel (nbval restarting one) is a new one"
+    assert notebook.exists() and time.monotonic() - before >= 0.2, "the run waits for the notebook"
+    start = nbval_hooks._kernel_starter({}, early)
+    assert start(startup_timeout=60, kernel_name="x") == ("kernel 1", "client of kernel 1"), "nbval gets that one"
+    assert start(startup_timeout=60, kernel_name="x") == ("kernel 2", "client of kernel 2"), "a restart: a new one"
 
 
-def test_a_kernel_that_fails_to_start_early_fails_nbvals_start():
-    def start(**kwargs):
+def test_a_kernel_that_fails_to_launch_early_fails_nbvals_start(monkeypatch):
+    def launch(grading, kernel_name, **kwargs):
         raise RuntimeError("no kernel")
 
-    config = SimpleNamespace(option=SimpleNamespace(nbval_kernel_startup_timeout=60))
+    monkeypatch.setattr(nbval_hooks, "_launch", launch)
+    start = nbval_hooks._kernel_starter({}, nbval_hooks._launch_early({}, solutions_dir() / "missing.ipynb"))
     with pytest.raises(RuntimeError, match="no kernel"):
-        nbval_hooks._start_early(start, config, solutions_dir() / "missing.ipynb")()
+        start(startup_timeout=60, kernel_name="x")
 
 
 # --- sliced and full gradings agree ------------------------------------------------------------------------------
 
 NOTEBOOKS = sorted(p.stem for p in solutions_dir().glob("[0-9][0-9]_*.ipynb"))
+KINDS = ("correct", "stub", "wrong")
 
 
-def _submissions(notebook: str) -> dict[str, make_submissions.Submission]:
-    """Correct (the solutions), stub (the learner notebook) and wrong (every exercise returns None)."""
+def _mixed(notebook: str, offset: int):
+    """One submission of ``notebook`` whose exercises are, in turn, correct (the solution), a stub (as generated)
+    and wrong (it returns None), starting with ``KINDS[offset]``: every kind in every notebook, in one grading."""
     path = solutions_dir() / f"{notebook}.ipynb"
     ids = [ex.id for ex in find_exercises(nbformat.read(path, as_version=4), str(path))]
-    return {"correct": make_submissions.Submission(notebook, "correct", {"base": "solution"}),
-            "stub": make_submissions.Submission(notebook, "stub", {"base": "learner"}),
-            "wrong": make_submissions.Submission(notebook, "wrong", {"base": "learner",
-                                                                     "code": {ex: "return None" for ex in ids}})}
+    kinds = {ex: KINDS[(offset + n) % 3] for n, ex in enumerate(ids)}
+    spec = {"base": "learner", "code": {ex: "return None" for ex, kind in kinds.items() if kind == "wrong"}}
+    sub = make_submissions.Submission(notebook, "mixed", spec)
+    solution = nbformat.read(path, as_version=4)
+    nb = sub.build()
+    for ex in find_exercises(solution, str(path)):
+        if kinds[ex.id] == "correct":
+            nb.cells[ex.exercise_cell].source = solution.cells[ex.exercise_cell].source
+    return nb, kinds
 
 
-def _agree(notebook, tmp_path):
-    files = []
-    for kind, sub in _submissions(notebook).items():
-        files.append(tmp_path / f"{notebook}-{kind}.ipynb")
-        nbformat.write(sub.build(), files[-1])
-    sliced = runner.grade_many(files, jobs=2, progress=False, use_sandbox=False, sliced=True)
-    full = runner.grade_many(files, jobs=2, progress=False, use_sandbox=False, sliced=False)
-    for s, f in zip(sliced, full):
-        assert not s.problem and not f.problem, (s.problem, f.problem)
-        assert [(r.exercise, r.status, r.message) for r in s.results] == \
-            [(r.exercise, r.status, r.message) for r in f.results], s.path.name
-        assert s.notes == [], s.notes
-    statuses = {f.path.stem.rsplit("-", 1)[1]: {r.status for r in f.results} for f in full}
-    assert statuses["correct"] == {"passed"} and statuses["stub"] == {"not attempted"}
-    assert "passed" not in statuses["wrong"]
+def _agree(notebook: str, tmp_path, monkeypatch) -> None:
+    """Grade one mixed submission sliced and in full, with the same secret seed (so the checks draw the same
+    inputs): the verdicts, messages included, must be the same, and what each kind gets as expected."""
+    nb, kinds = _mixed(notebook, NOTEBOOKS.index(notebook))
+    path = tmp_path / f"{notebook}-mixed.ipynb"
+    nbformat.write(nb, path)
+    seed = 20261202 + NOTEBOOKS.index(notebook)
+    monkeypatch.setattr(runner, "secrets", SimpleNamespace(randbits=lambda bits: seed,
+                                                           token_hex=runner.secrets.token_hex))
+    sliced, full = runner.grade(path, sliced=True), runner.grade(path, sliced=False)
+    assert not sliced.problem and not full.problem, (sliced.problem, full.problem)
+    assert [(r.exercise, r.status, r.message) for r in sliced.results] == \
+        [(r.exercise, r.status, r.message) for r in full.results]
+    assert sliced.notes == [], sliced.notes
+    expected = {"correct": "passed", "stub": "not attempted", "wrong": "failed"}
+    assert {r.exercise: r.status for r in full.results} == {ex: expected[k] for ex, k in kinds.items()}
 
 
 # one class per notebook, so that pytest-xdist's loadscope spreads them over its workers
 for _nb in NOTEBOOKS:
     globals()[f"TestSlicedAndFullAgree{_nb[:2]}"] = type(
         f"TestSlicedAndFullAgree{_nb[:2]}", (), {
-            "test_correct_stub_and_wrong_get_the_same_verdicts": (
-                lambda self, tmp_path, _n=_nb: _agree(_n, tmp_path))})
+            "test_correct_stub_and_wrong_exercises_get_the_same_verdicts": (
+                lambda self, tmp_path, monkeypatch, _n=_nb: _agree(_n, tmp_path, monkeypatch))})

@@ -5,8 +5,8 @@ kernel, and this plugin
 
 * starts that kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start is
   replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
-* starts the kernel as soon as pytest is configured, while the runner is still building the notebook: the kernel
-  nbval then asks for is that one (:func:`_start_early`), and the run waits for the notebook to appear;
+* launches the kernel as soon as pytest is configured, while the runner is still building the notebook: nbval then
+  connects to that kernel (:func:`_launch_early`), and the run waits for the notebook to appear;
 * listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
   cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
   grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
@@ -73,11 +73,14 @@ def _append(kind: str, **fields) -> None:
 # --- the kernel, in its sandbox ---------------------------------------------------------------------------------
 
 
-def _sandboxed_kernel_starter(grading: dict):
-    """A replacement for nbval's ``start_new_kernel``: the same kernel, over Unix sockets, inside the sandbox."""
+def _kernel_manager(grading: dict, kernel_name: str):
+    """The manager of the learner's kernel: nbval's, or, when the grading asks for a sandbox, the same kernel over
+    Unix sockets inside the sandbox."""
     from jupyter_client.manager import KernelManager
     from nbval.kernel import NbvalKernelspecManager
 
+    if not grading.get("sandbox_config"):
+        return KernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager())
     runtime = Path(grading["runtime"])
     uid = grading.get("uid")
 
@@ -93,25 +96,59 @@ def _sandboxed_kernel_starter(grading: dict):
             if uid is not None:
                 os.chown(self.connection_file, uid, uid)
 
+    km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
+                                transport="ipc", ip=str(runtime / "k"), connection_file=str(runtime / "kernel.json"))
+    # interrupt by message: the kernel signals itself, inside its own session and PID namespace
+    km.kernel_spec.interrupt_mode = "message"
+    return km
+
+
+def _launch(grading: dict, kernel_name: str, **kwargs):
+    """Start the kernel's process (this returns at once; the kernel boots meanwhile)."""
+    km = _kernel_manager(grading, kernel_name)
+    km.start_kernel(**kwargs)
+    _state["km"] = km
+    return km
+
+
+def _connect(km, startup_timeout: float):
+    """nbval's ``start_new_kernel`` from the launch on: a client, once the kernel answers."""
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=startup_timeout)
+    except RuntimeError:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        raise
+    return km, kc
+
+
+def _kernel_starter(grading: dict, early=None):
+    """A replacement for nbval's ``start_new_kernel``. ``early`` is a kernel launched before the notebook was ready
+    (:func:`_launch_early`): nbval's first call connects to it, later calls (a restart) start new ones."""
+
     def start(startup_timeout=60, kernel_name="python", **kwargs):
-        km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
-                                    transport="ipc", ip=str(runtime / "k"),
-                                    connection_file=str(runtime / "kernel.json"))
-        # interrupt by message: the kernel signals itself, inside its own session and PID namespace
-        km.kernel_spec.interrupt_mode = "message"
-        km.start_kernel(**kwargs)
-        _state["km"] = km
-        kc = km.client()
-        kc.start_channels()
-        try:
-            kc.wait_for_ready(timeout=startup_timeout)
-        except RuntimeError:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
-            raise
-        return km, kc
+        if early is not None and not early.get("taken"):
+            early["taken"] = True
+            if "error" in early:
+                raise early["error"]
+            return _connect(early["km"], startup_timeout)
+        return _connect(_launch(grading, kernel_name, **kwargs), startup_timeout)
 
     return start
+
+
+def _launch_early(grading: dict, notebook: Path) -> dict:
+    """Launch the kernel now, with the arguments nbval's ``RunningKernel`` will give, so that it boots while the
+    runner is still building the notebook; its failure is raised when nbval asks for the kernel."""
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME
+
+    try:
+        return {"km": _launch(grading, CURRENT_ENV_KERNEL_NAME, stderr=open(os.devnull, "w"),
+                              cwd=str(notebook.parent))}
+    except Exception as exc:
+        return {"error": exc}
 
 
 def pytest_configure(config):
@@ -140,52 +177,14 @@ def pytest_configure(config):
     _state.update(grading=grading, listener=listener)
     import nbval.kernel
 
-    if grading.get("sandbox_config"):
-        start = _sandboxed_kernel_starter(grading)
-    else:
+    if not grading.get("sandbox_config"):
         os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
         os.environ["ATTNLAB_CHECK_KEY"] = grading.get("key", "")
-        original = nbval.kernel.start_new_kernel
-
-        def start(*args, **kwargs):
-            km, kc = original(*args, **kwargs)
-            _state["km"] = km
-            return km, kc
-
+    early = None
     if grading.get("notebook"):
-        start = _start_early(start, config, Path(grading["notebook"]))
+        early = _launch_early(grading, Path(grading["notebook"]))
         _wait_for(Path(grading["notebook"]), float(grading.get("notebook_wait", 120)))
-    nbval.kernel.start_new_kernel = start
-
-
-def _start_early(start, config, notebook: Path):
-    """Start the kernel now, in a thread, with the arguments nbval's ``RunningKernel`` will give, and return the
-    kernel start nbval calls: the first call takes that kernel (or its failure), later calls start new ones."""
-    from nbval.kernel import CURRENT_ENV_KERNEL_NAME
-
-    early: dict = {}
-    kwargs = {"startup_timeout": config.option.nbval_kernel_startup_timeout, "kernel_name": CURRENT_ENV_KERNEL_NAME,
-              "stderr": open(os.devnull, "w"), "cwd": str(notebook.parent)}
-
-    def run():
-        try:
-            early["kernel"] = start(**kwargs)
-        except BaseException as exc:  # nbval's own call raises it: the record says the kernel did not start
-            early["error"] = exc
-
-    thread = threading.Thread(target=run, name="attnlab-kernel-start", daemon=True)
-    thread.start()
-
-    def started(*args, **kw):
-        if thread is None or early.get("taken"):
-            return start(*args, **kw)
-        thread.join()
-        early["taken"] = True
-        if "error" in early:
-            raise early["error"]
-        return early["kernel"]
-
-    return started
+    nbval.kernel.start_new_kernel = _kernel_starter(grading, early)
 
 
 def _wait_for(path: Path, seconds: float) -> None:

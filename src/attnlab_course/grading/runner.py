@@ -24,6 +24,7 @@ Each exercise ends as passed, failed (the check's message), not attempted, error
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import resource
@@ -234,6 +235,18 @@ def settle_run(run: Run, pending: list[str]) -> tuple[dict[str, Result], list[st
     return results, notes, culprit
 
 
+def _solution(path: Path):
+    """The solution notebook and its exercises, read once per version of the file (a batch reads it once)."""
+    info = path.stat()
+    return _read_solution(str(path), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_solution(path: str, mtime_ns: int, size: int):
+    solution = nbformat.read(path, as_version=4)  # never changed: grading_notebook works on a copy
+    return solution, find_exercises(solution, path)
+
+
 def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_sandbox: bool = False,
           sliced: bool = True) -> Report:
     """Grade one submission; never raises for a bad submission (see ``Report.problem``).
@@ -251,8 +264,7 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
         except (AttributeError, TypeError, KeyError, ValueError) as exc:  # valid JSON, not shaped like a notebook
             raise SubmissionError(f"not a valid notebook ({type(exc).__name__})") from None
         report.notebook = solution_path.stem
-        solution = nbformat.read(solution_path, as_version=4)
-        exercises = find_exercises(solution, str(solution_path))
+        solution, exercises = _solution(solution_path)
         try:
             cells = learner_exercise_cells(learner, solution, exercises)
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
