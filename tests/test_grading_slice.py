@@ -67,6 +67,7 @@ def test_a_cell_binding_a_name_the_exercise_reads_is_kept_with_what_it_needs():
     "fns = [lambda: q.fill(0)]\nfns[0]()",  # a callable made from it
     "[a.fill(0) for a in (q,)]",  # a comprehension's local
     "del q",
+    "def bump():\n    pass\n\n\ndef bump():\n    q[0] = 1\n\n\nbump()",  # either definition may run
 ])
 def test_a_cell_that_may_change_what_the_exercise_reads_is_kept(change):
     uses = "def answer(x):\n    return x + q.sum() + rng.normal()"

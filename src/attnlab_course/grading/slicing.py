@@ -533,7 +533,8 @@ def slice_cells(sources: list[str], own: list[bool]) -> tuple[list[bool], dict[i
     origins: dict[str, set] = {}
     bound = set().union(*(f.binds for f in facts))
     for f in facts:
-        functions.update(f.functions)
+        for name, summary in f.functions.items():  # a name defined twice may be either definition when called
+            functions[name] = tuple(a | b for a, b in zip(functions.get(name, summary), summary))
     for f in facts:
         for targets, value_names, _, _ in f.bindings:
             # a function's result may be an object it reads (``def get(): return cache``)
