@@ -91,7 +91,7 @@ def _worker(tree: Path, phase: str, repeat: int, class_size: int) -> dict:
                         assert report.results and all(r.status == "passed" for r in report.results), report
                     results.setdefault("one", {}).setdefault(notebook, {})[
                         "with_sandbox_s" if use_sandbox else "without_sandbox_s"] = best
-        elif not reason:
+        elif not reason and class_size > 0:
             folder = tmp / "class"
             folder.mkdir()
             for name, n in _class_names(class_size):

@@ -151,7 +151,8 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         (trusted_dir / "grading.json").write_text(json.dumps(config), encoding="utf-8")
         command = [
             sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(tmp),
-            "-p", "nbval.plugin", "-p", "attnlab_course.grading.nbval_hooks", "-p", "no:cacheprovider",
+            # our hooks first: importing the grading package first keeps rfc3987_syntax out (see __init__)
+            "-p", "attnlab_course.grading.nbval_hooks", "-p", "nbval.plugin", "-p", "no:cacheprovider",
             "--nbval", "--nbval-current-env", f"--nbval-cell-timeout={timeout:g}",
             f"--attnlab-setup-timeout={setup_timeout:g}", f"--attnlab-record={record_file}",
             f"--attnlab-grading={trusted_dir / 'grading.json'}",
