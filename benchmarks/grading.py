@@ -83,14 +83,19 @@ def _worker(tree: Path, phase: str, repeat: int, class_size: int) -> dict:
                 path = tmp / f"{notebook[:2]}-timed.ipynb"
                 nbformat.write(make_submissions.Submission(notebook, "correct", {"base": "solution"}).build(), path)
                 for use_sandbox in ([False] if reason else [False, True]):
-                    best = float("inf")
+                    best, wrong = float("inf"), []
                     for _ in range(repeat):
                         start = time.perf_counter()
                         report = runner.grade(path, use_sandbox=use_sandbox)
                         best = min(best, time.perf_counter() - start)
-                        assert report.results and all(r.status == "passed" for r in report.results), report
-                    results.setdefault("one", {}).setdefault(notebook, {})[
-                        "with_sandbox_s" if use_sandbox else "without_sandbox_s"] = best
+                        # a correct submission that does not pass (a 5 s deadline on a crowded machine): said, not
+                        # hidden, and the timing still kept
+                        wrong += [f"{r.exercise} {r.status}" for r in report.results if r.status != "passed"]
+                        wrong += [report.problem] if report.problem else []
+                    key = "with_sandbox_s" if use_sandbox else "without_sandbox_s"
+                    results.setdefault("one", {}).setdefault(notebook, {})[key] = best
+                    if wrong:
+                        results.setdefault("not_passed", []).append(f"{notebook} {key}: {', '.join(wrong)}")
         elif not reason and class_size > 0:
             folder = tmp / "class"
             folder.mkdir()
@@ -221,6 +226,8 @@ def main(argv=None) -> int:
               + _changed(values))
     for name in names:
         r = results[name]
+        for line in r.get("not_passed", []):
+            print(f"{name}: a correct submission did not pass: {line}")
         if r.get("sandbox_unavailable"):
             print(f"{name}: sandbox unavailable: {r['sandbox_unavailable']}")
         if "batch_s" in r:
