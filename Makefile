@@ -17,7 +17,7 @@ help:
 	@echo "make check NB=notebooks/02_masks.ipynb   check your exercises in one notebook"
 	@echo "make learner    regenerate the learner notebooks from notebooks/solutions/"
 	@echo "make notebooks  update each notebook's Colab cell, re-execute every notebook in place, then make learner"
-	@echo "make bench      run the benchmarks in benchmarks/"
+	@echo "make bench      run the benchmarks in benchmarks/ (GRADING_BASELINE=DIR|REV: grading side by side with it)"
 	@echo "make slides     one reveal.js deck per notebook in build/slides/ (offline)"
 	@echo "make site       the course as a static website in build/site/, the instructor guide included"
 	@echo "make release REPO=https://github.com/OWNER/NAME TAG=v0.2.0 [BRANCH=main]   point every link and Colab cell at a fork or a release"
@@ -58,7 +58,7 @@ learner: install
 
 bench: install
 	$(BIN)/python benchmarks/run.py
-	$(BIN)/python benchmarks/grading.py
+	$(BIN)/python benchmarks/grading.py $(if $(GRADING_BASELINE),--baseline $(GRADING_BASELINE))
 
 slides: install
 	$(BIN)/python -m attnlab_course.publish slides --out build/slides

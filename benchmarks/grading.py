@@ -1,12 +1,15 @@
-"""How long grading takes: one submission with and without the sandbox, and a class of 30 (part of `make bench`),
-optionally side by side with another checkout of the course in the same run.
+"""How long grading takes: one correct submission of 02, 05 and 07 with and without the sandbox, and a class of 30
+(part of `make bench`), optionally side by side with another checkout of the course in the same run.
 
-    .venv/bin/python benchmarks/grading.py [--quick] [--baseline DIR] [--class-size N]
+    .venv/bin/python benchmarks/grading.py [--quick] [--baseline DIR|REV] [--class-size N]
 
 A class is 30 submissions of notebook 02 built from the test fixtures: 5 correct, 5 untouched, 5 with an infinite
-loop, and 15 with assorted mistakes; graded with `attnlab-check --batch --jobs <cores>` in the sandbox.
+loop, and 15 with assorted mistakes; graded with `attnlab-check --batch --jobs <cores>` in the sandbox, at the
+default timeout. The targets (issue 23): at most 2 s per sandboxed submission of 02, 3 s for 05 and 07, 45 s for the
+class, on 2 cores.
 
-``--baseline DIR`` times an older checkout too (``/work/baseline``, say, from before the course tooling became the
+``--baseline DIR`` (or a git revision of this repository, e.g. ``main``, exported to a scratch folder) times an older
+checkout too (``/work/baseline``, say, from before the course tooling became the
 package ``attnlab_course``: its grader is ``attnlab.course.grading``), measurement by measurement beside this one,
 so that both see the same machine load. Each tree is timed by a worker process of its own, running this file with
 that tree's Python: ``DIR/.venv/bin/python`` when the tree has a virtual environment, else a throwaway one made of
@@ -33,6 +36,8 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ("02_masks", "05_cost", "07_attention_that_learns")  # one correct submission of each is timed
+TARGETS = {"02_masks": 2.0, "05_cost": 3.0, "07_attention_that_learns": 3.0, "batch": 45.0}  # seconds, sandboxed
 MIX = {"02-correct.ipynb": 5, "02-untouched.ipynb": 5, "02-loop_and_deleted.ipynb": 5,
        "02-inverted_and_nan.ipynb": 5, "02-off_by_one_and_inverted_attention.ipynb": 5, "02-cheats.ipynb": 5}
 
@@ -74,16 +79,24 @@ def _worker(tree: Path, phase: str, repeat: int, class_size: int) -> dict:
         tmp = Path(tmp)
         built = make_submissions.write_all(tmp / "fixtures")
         if phase == "one":
-            correct = tmp / "fixtures" / "02-correct.ipynb"
-            for use_sandbox in ([False] if reason else [False, True]):
-                best = float("inf")
-                for _ in range(repeat):
-                    start = time.perf_counter()
-                    report = runner.grade(correct, use_sandbox=use_sandbox)
-                    best = min(best, time.perf_counter() - start)
-                    assert report.results and all(r.status == "passed" for r in report.results), report
-                results["with_sandbox_s" if use_sandbox else "without_sandbox_s"] = best
-        elif not reason:
+            for notebook in NOTEBOOKS:
+                path = tmp / f"{notebook[:2]}-timed.ipynb"
+                nbformat.write(make_submissions.Submission(notebook, "correct", {"base": "solution"}).build(), path)
+                for use_sandbox in ([False] if reason else [False, True]):
+                    best, wrong = float("inf"), []
+                    for _ in range(repeat):
+                        start = time.perf_counter()
+                        report = runner.grade(path, use_sandbox=use_sandbox)
+                        best = min(best, time.perf_counter() - start)
+                        # a correct submission that does not pass (a 5 s deadline on a crowded machine): said, not
+                        # hidden, and the timing still kept
+                        wrong += [f"{r.exercise} {r.status}" for r in report.results if r.status != "passed"]
+                        wrong += [report.problem] if report.problem else []
+                    key = "with_sandbox_s" if use_sandbox else "without_sandbox_s"
+                    results.setdefault("one", {}).setdefault(notebook, {})[key] = best
+                    if wrong:
+                        results.setdefault("not_passed", []).append(f"{notebook} {key}: {', '.join(wrong)}")
+        elif not reason and class_size > 0:
             folder = tmp / "class"
             folder.mkdir()
             for name, n in _class_names(class_size):
@@ -118,6 +131,16 @@ def _overlay_python(tree: Path, where: Path) -> Path:
     return python
 
 
+def _export(revision: str, scratch: Path) -> Path:
+    """The files of this repository at ``revision`` (``git archive``), in a folder of ``scratch``."""
+    target = scratch / f"rev-{revision.replace('/', '_')}"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
 def _python_for(tree: Path, scratch: Path) -> Path:
     own = tree / ".venv" / "bin" / "python"
     if own.exists():
@@ -139,14 +162,22 @@ def _run_worker(python: Path, tree: Path, phase: str, repeat: int, class_size: i
         return json.loads(Path(out.name).read_text(encoding="utf-8"))
 
 
-def _change(new: float, old: float) -> str:
-    return f"{100 * (new - old) / old:+.0f}%"
+def _cells(values) -> str:
+    return "".join(f"{v:>11.1f}s" if v is not None else f"{'-':>12}" for v in values)
+
+
+def _changed(values) -> str:
+    """This tree against the baseline, in percent."""
+    if len(values) != 2 or None in values:
+        return ""
+    return f"  {100 * (values[0] - values[1]) / values[1]:+.0f}%"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one timing each instead of the best of three")
-    parser.add_argument("--baseline", type=Path, help="another checkout to time side by side with this one")
+    parser.add_argument("--baseline", help="another checkout (a folder) or a git revision of this repository to time "
+                                           "side by side with this one")
     parser.add_argument("--class-size", type=int, default=30, help="submissions in the class (default 30)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--phase", choices=["one", "class"], help=argparse.SUPPRESS)
@@ -158,32 +189,50 @@ def main(argv=None) -> int:
         args.out.write_text(json.dumps(result), encoding="utf-8")
         return 0
 
-    trees = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     repeat = 1 if args.quick else 3
-    results: dict = {name: {"tree": str(tree)} for name, tree in trees.items()}
     with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as scratch:
+        baseline = None
+        if args.baseline is not None:
+            baseline = Path(args.baseline).resolve() if Path(args.baseline).is_dir() else _export(args.baseline,
+                                                                                                Path(scratch))
+        trees = {"this": ROOT} | ({"baseline": baseline} if baseline else {})
+        results: dict = {name: {"tree": str(tree)} for name, tree in trees.items()}
+        results["this"]["tree"], load = str(ROOT), [os.getloadavg()]
+        if args.baseline is not None:
+            results["baseline"]["tree"] = str(args.baseline)
         pythons = {name: _python_for(tree, Path(scratch)) for name, tree in trees.items()}
         for phase in ("one", "class"):
             order = list(trees) if phase == "one" else list(trees)[::-1]  # neither tree always goes first
             for name in order:
                 results[name].update(_run_worker(pythons[name], trees[name], phase, repeat, args.class_size))
-    results["conditions"] = {"class_size": args.class_size, "repeat": repeat, "load_before": os.getloadavg()}
+                load.append(os.getloadavg())
+    results["conditions"] = {"class_size": args.class_size, "repeat": repeat, "load_between_runs": load}
 
-    for name, tree in trees.items():
+    print(f"Grading: best of {repeat} per submission; load average (1, 5, 15 min) between the runs: "
+          + ", ".join(f"{a:.1f}/{b:.1f}/{c:.1f}" for a, b, c in load))
+    names = list(trees)
+    print(f"{'seconds':<34}" + "".join(f"{name:>12}" for name in names) + f"{'target':>10}"
+          + ("  change" if len(names) == 2 else ""))
+    for notebook in NOTEBOOKS:
+        for key, what in (("without_sandbox_s", "no sandbox"), ("with_sandbox_s", "sandboxed")):
+            values = [results[n].get("one", {}).get(notebook, {}).get(key) for n in names]
+            if all(v is None for v in values):
+                continue
+            target = f"{TARGETS[notebook]:>9.0f}s" if key == "with_sandbox_s" else f"{'':>10}"
+            print(f"{notebook + ', ' + what:<34}" + _cells(values) + target + _changed(values))
+    if any("batch_s" in results[n] for n in names):
+        values = [results[n].get("batch_s") for n in names]
+        print(f"{f'{args.class_size} of 02, sandboxed, batch':<34}" + _cells(values) + f"{TARGETS['batch']:>9.0f}s"
+              + _changed(values))
+    for name in names:
         r = results[name]
-        line = f"{name} ({tree}): one submission of 02, alone: {r['without_sandbox_s']:.1f} s without the sandbox"
-        print(line + (f", {r['with_sandbox_s']:.1f} s with it" if "with_sandbox_s" in r else
-                      f" (sandbox unavailable: {r['sandbox_unavailable']})"))
+        for line in r.get("not_passed", []):
+            print(f"{name}: a correct submission did not pass: {line}")
+        if r.get("sandbox_unavailable"):
+            print(f"{name}: sandbox unavailable: {r['sandbox_unavailable']}")
         if "batch_s" in r:
-            print(f"  {r['batch_size']} submissions of 02, sandboxed, {r['cores']} at a time: {r['batch_s']:.0f} s")
+            print(f"{name} ({r['tree']}), the class, {r['cores']} at a time:")
             print("\n".join("  " + line for line in r["batch_summary"]))
-    if "baseline" in results:
-        this, base = results["this"], results["baseline"]
-        for key, what in (("without_sandbox_s", "one submission without the sandbox"),
-                          ("with_sandbox_s", "one submission with the sandbox"), ("batch_s", "the class")):
-            if key in this and key in base:
-                print(f"this tree against the baseline, {what}: {this[key]:.1f} s against {base[key]:.1f} s "
-                      f"({_change(this[key], base[key])})")
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "grading.json").write_text(json.dumps(results, indent=1) + "\n")

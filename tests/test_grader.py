@@ -327,6 +327,7 @@ def test_after_the_kernel_dies_the_notebook_is_graded_again_without_that_exercis
     runs = []
 
     def fake_run_nbval(nb, timeout, **kwargs):
+        nb = nb() if callable(nb) else nb  # the runner hands over a function that makes the notebook
         exercises = [c.metadata["attnlab"]["exercise"] for c in nb.cells if "attnlab" in c.metadata]
         runs.append(sorted(set(exercises)))
         if "9.1" in exercises:

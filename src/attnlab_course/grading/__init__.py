@@ -5,7 +5,8 @@ kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, 
 * :mod:`.runner`: one grading and a batch of them (it puts the parts below together, and takes every result from
   the trusted side's verdicts);
 * :mod:`.submission`: the submitted file, read safely and matched to its solution notebook;
-* :mod:`.notebook`: the notebook nbval runs for one grading;
+* :mod:`.notebook`: the notebook nbval runs for one grading, and :mod:`.slicing`, which of the notebook's own cells
+  it needs (a dependency analysis of names, by ast and symtable);
 * :mod:`.sandbox` and :mod:`.isolation`: the bubblewrap sandbox of each grading and its limits, and its uid and
   cgroup on the host;
 * :mod:`.trusted`: the trusted judge, which decides each exercise's verdict in the grader's process;
@@ -18,10 +19,17 @@ kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, 
 * :mod:`.gradescope`: the grader as a Gradescope autograder (``run_autograder``).
 """
 
-from .cli import main
-from .report import format_report, format_summary, write_csv
-from .runner import DEFAULT_TIMEOUT, STATUSES, Report, Result, available_cores, grade, grade_many
-from .submission import SubmissionError
+import sys
+
+# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed (jupyter's dependencies install it):
+# that builds a parser for IRIs at import, 3 s of CPU in every grading process, for a format check nbformat's
+# validation never makes. Without it jsonschema skips that check, as it does wherever the package is absent.
+sys.modules.setdefault("rfc3987_syntax", None)
+
+from .cli import main  # noqa: E402
+from .report import format_report  # noqa: E402, format_summary, write_csv
+from .runner import DEFAULT_TIMEOUT  # noqa: E402, STATUSES, Report, Result, available_cores, grade, grade_many
+from .submission import SubmissionError  # noqa: E402
 
 __all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "format_report",
            "format_summary", "grade", "grade_many", "main", "write_csv"]

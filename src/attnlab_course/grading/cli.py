@@ -110,6 +110,8 @@ def main(argv=None) -> int:
                                                                "(default: the available cores)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run learner code without the sandbox, with your privileges (trusted work only)")
+    parser.add_argument("--all-cells", action="store_true",
+                        help="run every cell of the solution notebook, not only those the exercises need")
     _add_output_options(parser)
     args = parser.parse_args(argv)
     if (args.notebook is None) == (args.batch is None):
@@ -135,7 +137,8 @@ def main(argv=None) -> int:
             parser.error(f"{args.notebook} is not a file")
         if missing:
             print(f"note: no sandbox ({missing}); your code runs with your own privileges, as in the notebook.")
-        report = runner.grade(args.notebook, solutions, args.timeout, use_sandbox=not (args.no_sandbox or missing))
+        report = runner.grade(args.notebook, solutions, args.timeout, use_sandbox=not (args.no_sandbox or missing),
+                              sliced=not args.all_cells)
         print(format_report(report))
         return 2 if report.problem else (0 if report.passed else 1)
 
@@ -161,7 +164,8 @@ def main(argv=None) -> int:
         print(f"note: no cgroup per grading ({no_cgroup}): limits are per process only ({limits.memory // 2**30} "
               f"GiB of memory each, {limits.processes} processes); --jobs {jobs} gradings may use {jobs} times that.")
     start = time.monotonic()
-    reports = runner.grade_many(paths, solutions, args.timeout, jobs, use_sandbox=not args.no_sandbox) if paths else []
+    reports = runner.grade_many(paths, solutions, args.timeout, jobs, use_sandbox=not args.no_sandbox,
+                                sliced=not args.all_cells) if paths else []
     seconds = time.monotonic() - start
     said = _write(outputs, reports, scheme, roster, shard, folder_size)
     print(format_summary(reports, seconds, jobs))

@@ -5,6 +5,8 @@ kernel, and this plugin
 
 * starts that kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start is
   replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
+* launches the kernel as soon as pytest is configured, while the runner is still building the notebook: nbval then
+  connects to that kernel (:func:`_launch_early`), and the run waits for the notebook to appear;
 * listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
   cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
   grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
@@ -71,11 +73,14 @@ def _append(kind: str, **fields) -> None:
 # --- the kernel, in its sandbox ---------------------------------------------------------------------------------
 
 
-def _sandboxed_kernel_starter(grading: dict):
-    """A replacement for nbval's ``start_new_kernel``: the same kernel, over Unix sockets, inside the sandbox."""
+def _kernel_manager(grading: dict, kernel_name: str):
+    """The manager of the learner's kernel: nbval's, or, when the grading asks for a sandbox, the same kernel over
+    Unix sockets inside the sandbox."""
     from jupyter_client.manager import KernelManager
     from nbval.kernel import NbvalKernelspecManager
 
+    if not grading.get("sandbox_config"):
+        return KernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager())
     runtime = Path(grading["runtime"])
     uid = grading.get("uid")
 
@@ -91,25 +96,59 @@ def _sandboxed_kernel_starter(grading: dict):
             if uid is not None:
                 os.chown(self.connection_file, uid, uid)
 
+    km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
+                                transport="ipc", ip=str(runtime / "k"), connection_file=str(runtime / "kernel.json"))
+    # interrupt by message: the kernel signals itself, inside its own session and PID namespace
+    km.kernel_spec.interrupt_mode = "message"
+    return km
+
+
+def _launch(grading: dict, kernel_name: str, **kwargs):
+    """Start the kernel's process (this returns at once; the kernel boots meanwhile)."""
+    km = _kernel_manager(grading, kernel_name)
+    km.start_kernel(**kwargs)
+    _state["km"] = km
+    return km
+
+
+def _connect(km, startup_timeout: float):
+    """nbval's ``start_new_kernel`` from the launch on: a client, once the kernel answers."""
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=startup_timeout)
+    except RuntimeError:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        raise
+    return km, kc
+
+
+def _kernel_starter(grading: dict, early=None):
+    """A replacement for nbval's ``start_new_kernel``. ``early`` is a kernel launched before the notebook was ready
+    (:func:`_launch_early`): nbval's first call connects to it, later calls (a restart) start new ones."""
+
     def start(startup_timeout=60, kernel_name="python", **kwargs):
-        km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
-                                    transport="ipc", ip=str(runtime / "k"),
-                                    connection_file=str(runtime / "kernel.json"))
-        # interrupt by message: the kernel signals itself, inside its own session and PID namespace
-        km.kernel_spec.interrupt_mode = "message"
-        km.start_kernel(**kwargs)
-        _state["km"] = km
-        kc = km.client()
-        kc.start_channels()
-        try:
-            kc.wait_for_ready(timeout=startup_timeout)
-        except RuntimeError:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
-            raise
-        return km, kc
+        if early is not None and not early.get("taken"):
+            early["taken"] = True
+            if "error" in early:
+                raise early["error"]
+            return _connect(early["km"], startup_timeout)
+        return _connect(_launch(grading, kernel_name, **kwargs), startup_timeout)
 
     return start
+
+
+def _launch_early(grading: dict, notebook: Path) -> dict:
+    """Launch the kernel now, with the arguments nbval's ``RunningKernel`` will give, so that it boots while the
+    runner is still building the notebook; its failure is raised when nbval asks for the kernel."""
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME
+
+    try:
+        return {"km": _launch(grading, CURRENT_ENV_KERNEL_NAME, stderr=open(os.devnull, "w"),
+                              cwd=str(notebook.parent))}
+    except Exception as exc:
+        return {"error": exc}
 
 
 def pytest_configure(config):
@@ -138,19 +177,21 @@ def pytest_configure(config):
     _state.update(grading=grading, listener=listener)
     import nbval.kernel
 
-    if grading.get("sandbox_config"):
-        nbval.kernel.start_new_kernel = _sandboxed_kernel_starter(grading)
-    else:
+    if not grading.get("sandbox_config"):
         os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
         os.environ["ATTNLAB_CHECK_KEY"] = grading.get("key", "")
-        original = nbval.kernel.start_new_kernel
+    early = None
+    if grading.get("notebook"):
+        early = _launch_early(grading, Path(grading["notebook"]))
+        _wait_for(Path(grading["notebook"]), float(grading.get("notebook_wait", 120)))
+    nbval.kernel.start_new_kernel = _kernel_starter(grading, early)
 
-        def start(*args, **kwargs):
-            km, kc = original(*args, **kwargs)
-            _state["km"] = km
-            return km, kc
 
-        nbval.kernel.start_new_kernel = start
+def _wait_for(path: Path, seconds: float) -> None:
+    """Wait until the runner has written the notebook (it appears complete, by a rename), at most ``seconds``."""
+    give_up = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < give_up:
+        time.sleep(0.005)
 
 
 # --- judging a check cell ----------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ source, with any nbval marker comment blanked out. Every check cell is the solut
 attnlab.exercises import check`` in front and, as its expected output, ``Exercise N.k: passed [TOKEN]`` with a random
 token per exercise and grading: the kernel prints it only when the trusted judge tells it to. Every other cell is
 the solution's, with its output ignored. Outputs the learner saved are never read, and what follows the last check
-cell is left out.
+cell is left out. :func:`slice_notebook` then leaves out the notebook's own cells that no exercise needs
+(:mod:`.slicing`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 import nbformat
 
 from ..authoring import Exercise, cell_role, passed_line
+from .slicing import slice_cells
 
 _NBVAL_MARKER = re.compile(r"^\s*#+\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\s*$")
 
@@ -74,3 +76,13 @@ def grading_notebook(solution, exercises: list[Exercise], learner_cells: dict, s
         cells.append(cell)
     nb.cells = cells
     return nb
+
+
+def slice_notebook(nb):
+    """``nb`` without the notebook's own cells that the exercise and check cells do not need (see :mod:`.slicing`),
+    and, for each own cell kept, why. Exercise and check cells are always kept, in order."""
+    own = [(cell_role(cell) or ("", ""))[1] not in ("solution", "check") for cell in nb.cells]
+    keep, why = slice_cells([cell.source for cell in nb.cells], own)
+    sliced = copy.copy(nb)
+    sliced.cells = [cell for cell, kept in zip(nb.cells, keep) if kept]
+    return sliced, why

@@ -5,11 +5,12 @@
 in parallel, each in its own processes and sandbox. One grading:
 
 1. reads the file and finds its solution notebook and the learner's exercise cells (:mod:`.submission`);
-2. builds the notebook nbval runs (:mod:`.notebook`), with a random token per exercise, and draws the grading's
-   secret seed, from which the checks draw their inputs;
-3. runs it with ``pytest --nbval`` (strict) in a process of its own, under a hard wall-clock deadline
-   (:func:`run_nbval`), with the learner's kernel in a bubblewrap sandbox (:mod:`.sandbox`) and, as root, a uid and
-   a cgroup of its own on the host (:mod:`.isolation`);
+2. draws the grading's secret seed, from which the checks draw their inputs, and a random token per exercise;
+3. runs ``pytest --nbval`` (strict) in a process of its own, under a hard wall-clock deadline (:func:`run_nbval`),
+   with the learner's kernel in a bubblewrap sandbox (:mod:`.sandbox`) and, as root, a uid and a cgroup of its own
+   on the host (:mod:`.isolation`). That process starts the kernel at once, while this one builds the notebook it
+   runs (:mod:`.notebook`): the solution's cells with the learner's exercise cells, less the notebook's own cells
+   that no exercise needs (:mod:`.slicing`);
 4. takes each exercise's verdict from that process's record (:mod:`.record`): the trusted side
    (:mod:`.nbval_hooks`, :mod:`.trusted`) settled it there as a :class:`~attnlab.exercises._protocol.Verdict`.
    This module never works a verdict out from what nbval printed. It adds a verdict only for what the trusted
@@ -23,6 +24,7 @@ Each exercise ends as passed, failed (the check's message), not attempted, error
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import resource
@@ -43,7 +45,7 @@ from attnlab.exercises._protocol import STATUSES, Verdict
 from ..authoring import FormatError, find_exercises
 from ..paths import solutions_dir as default_solutions_dir
 from . import isolation, record, sandbox
-from .notebook import graded_name, grading_notebook, strip_nbval_markers
+from .notebook import graded_name, grading_notebook, slice_notebook, strip_nbval_markers
 from .submission import SubmissionError, find_solution, learner_exercise_cells, read_submission
 
 __all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "grade",
@@ -116,7 +118,10 @@ def _host(use_sandbox: bool):
 def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP_TIMEOUT, *, grading: dict,
               use_sandbox=False, deadline: float | None = None) -> Run:
     """Run ``nb`` with strict nbval and the grader's hooks in a fresh temporary directory, the kernel sandboxed when
-    ``use_sandbox``. ``grading`` holds the exercise sources, tokens and seed the trusted side needs."""
+    ``use_sandbox``. ``grading`` holds the exercise sources, tokens and seed the trusted side needs.
+
+    ``nb`` may be a function that makes the notebook: it is called once the pytest process has started, which starts
+    the kernel meanwhile (see :mod:`.nbval_hooks`), and the notebook is handed over when it is complete."""
     with tempfile.TemporaryDirectory(prefix="attnlab-grade-") as tmp, _host(use_sandbox) as host:
         tmp = Path(tmp)
         uid = host.uid
@@ -126,14 +131,14 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         trusted_dir = tmp / "trusted"  # never shown to the kernel
         trusted_dir.mkdir(mode=0o700)
         notebook, record_file, ini = trusted_dir / "submission.ipynb", trusted_dir / "record.jsonl", tmp / "pytest.ini"
-        nbformat.write(nb, notebook)
         ini.write_text("[pytest]\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ATTNLAB_CHECK"))}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only nbval and our hooks: faster and unaffected by other plugins
         env["IPYTHONDIR"] = str(runtime / "ipython")
         env["MPLCONFIGDIR"] = str(runtime / "mpl")
         config = {**grading, "socket": str(runtime / "check.sock"), "runtime": str(runtime), "uid": uid,
-                  "key": secrets.token_hex(32)}  # the first message on the socket must carry it
+                  "key": secrets.token_hex(32),  # the first message on the socket must carry it
+                  "notebook": str(notebook), "notebook_wait": SETUP_TIMEOUT}
         if use_sandbox:
             read_only = sandbox.python_paths()
             box = sandbox.Config(
@@ -147,7 +152,8 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         (trusted_dir / "grading.json").write_text(json.dumps(config), encoding="utf-8")
         command = [
             sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(tmp),
-            "-p", "nbval.plugin", "-p", "attnlab_course.grading.nbval_hooks", "-p", "no:cacheprovider",
+            # our hooks first: importing the grading package first keeps rfc3987_syntax out (see __init__)
+            "-p", "attnlab_course.grading.nbval_hooks", "-p", "nbval.plugin", "-p", "no:cacheprovider",
             "--nbval", "--nbval-current-env", f"--nbval-cell-timeout={timeout:g}",
             f"--attnlab-setup-timeout={setup_timeout:g}", f"--attnlab-record={record_file}",
             f"--attnlab-grading={trusted_dir / 'grading.json'}",
@@ -156,13 +162,18 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         if uid is not None:  # as root: the runtime folder becomes a private tmpfs
             command = [sys.executable, "-I", "-S", sandbox.__file__, "--private-runtime",
                        str(trusted_dir / "sandbox.json"), "--", *command]
-        limit = deadline or (setup_timeout + 60 + len(nb.cells) * (timeout + 10))
+        started = time.monotonic()
         proc = subprocess.Popen(command, cwd=trusted_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", start_new_session=True,
                                 preexec_fn=_limit_grader_memory if sys.platform.startswith("linux") else None)
         deadline_hit = False
         try:
-            log, _ = proc.communicate(timeout=limit)
+            nb = nb() if callable(nb) else nb  # while pytest starts, and starts the kernel
+            partial = trusted_dir / "submission.partial"
+            nbformat.write(nb, partial)
+            os.replace(partial, notebook)  # the hooks wait for this name: the notebook appears complete
+            limit = deadline or (setup_timeout + 60 + len(nb.cells) * (timeout + 10))
+            log, _ = proc.communicate(timeout=max(0.0, limit - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
             deadline_hit = True
             _kill(proc)
@@ -226,11 +237,25 @@ def settle_run(run: Run, pending: list[str]) -> tuple[dict[str, Result], list[st
     return results, notes, culprit
 
 
-def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_sandbox: bool = False) -> Report:
+def _solution(path: Path):
+    """The solution notebook and its exercises, read once per version of the file (a batch reads it once)."""
+    info = path.stat()
+    return _read_solution(str(path), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_solution(path: str, mtime_ns: int, size: int):
+    solution = nbformat.read(path, as_version=4)  # never changed: grading_notebook works on a copy
+    return solution, find_exercises(solution, path)
+
+
+def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_sandbox: bool = False,
+          sliced: bool = True) -> Report:
     """Grade one submission; never raises for a bad submission (see ``Report.problem``).
 
     ``use_sandbox`` runs the learner's kernel in a bubblewrap sandbox (Linux; see :mod:`.sandbox`); as root, each
     run also gets a uid and a cgroup of its own (:mod:`.isolation`), whatever else runs at the same time.
+    ``sliced`` runs only the notebook's own cells that the exercises need (:mod:`.slicing`); without it, all of them.
     """
     start = time.monotonic()
     report = Report(Path(path))
@@ -241,8 +266,7 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
         except (AttributeError, TypeError, KeyError, ValueError) as exc:  # valid JSON, not shaped like a notebook
             raise SubmissionError(f"not a valid notebook ({type(exc).__name__})") from None
         report.notebook = solution_path.stem
-        solution = nbformat.read(solution_path, as_version=4)
-        exercises = find_exercises(solution, str(solution_path))
+        solution, exercises = _solution(solution_path)
         try:
             cells = learner_exercise_cells(learner, solution, exercises)
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
@@ -263,8 +287,12 @@ def grade(path, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, *, use_san
                    "graded": {ex.id: graded_name(solution.cells[ex.check_cell].source, ex.id) for ex in exercises}}
         while len(results) < len(exercises):
             pending = [ex.id for ex in exercises if ex.id not in results]
-            nb = grading_notebook(solution, exercises, cells, skip, grading["tokens"])
-            run = run_nbval(nb, timeout, grading=grading, use_sandbox=use_sandbox,
+
+            def notebook(skip=frozenset(skip)):
+                nb = grading_notebook(solution, exercises, cells, skip, grading["tokens"])
+                return slice_notebook(nb)[0] if sliced else nb
+
+            run = run_nbval(notebook, timeout, grading=grading, use_sandbox=use_sandbox,
                             deadline=deadline_for(len(pending), timeout, SETUP_TIMEOUT))
             found, notes, culprit = settle_run(run, pending)
             results.update(found)
@@ -295,7 +323,7 @@ def available_cores() -> int:
 
 
 def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None,
-               progress: bool = True, use_sandbox: bool = False) -> list[Report]:
+               progress: bool = True, use_sandbox: bool = False, sliced: bool = True) -> list[Report]:
     """Grade many submissions in parallel (``jobs`` at once, default: the available cores), in input order.
 
     Each submission is graded by processes of its own (pytest + its sandboxed kernel), under a hard deadline; a
@@ -307,7 +335,7 @@ def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs
     jobs = max(1, jobs or available_cores())
 
     def one(path):
-        return grade(path, solutions_dir, timeout, use_sandbox=use_sandbox)
+        return grade(path, solutions_dir, timeout, use_sandbox=use_sandbox, sliced=sliced)
 
     reports: dict[Path, Report] = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
