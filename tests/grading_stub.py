@@ -34,6 +34,7 @@ def verdict(ex_id: str, source: str) -> Verdict:
 
 def fake_run_nbval(nb, timeout=runner.DEFAULT_TIMEOUT, setup_timeout=runner.SETUP_TIMEOUT, *, grading,
                    use_sandbox=False, deadline=None):
+    nb = nb() if callable(nb) else nb  # the runner may hand over a function that makes the notebook
     lines = []
     for cell in nb.cells:
         meta = cell.metadata.get("attnlab", {})
