@@ -18,7 +18,7 @@ import re
 import nbformat
 
 from ..authoring import Exercise, cell_role, passed_line
-from .slicing import slice_cells
+from .slicing import AST_LOCK, slice_cells
 
 _NBVAL_MARKER = re.compile(r"^\s*#+\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\s*$")
 
@@ -26,7 +26,8 @@ _NBVAL_MARKER = re.compile(r"^\s*#+\s*(NBVAL_\w+|PYTEST_VALIDATE_IGNORE_OUTPUT)\
 def graded_name(check_source: str, exercise_id: str) -> str | None:
     """The name of the function a check cell passes to ``check`` (``check("2.1", my_causal_mask)``), if plain."""
     try:
-        tree = ast.parse(check_source)
+        with AST_LOCK:
+            tree = ast.parse(check_source)
     except SyntaxError:
         return None
     for node in ast.walk(tree):

@@ -42,10 +42,17 @@ from __future__ import annotations
 import ast
 import re
 import symtable
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-__all__ = ["CALLS", "CellFacts", "analyse", "slice_cells"]
+
+__all__ = ["AST_LOCK", "CALLS", "CellFacts", "analyse", "slice_cells"]
+
+AST_LOCK = threading.RLock()
+"""Held while Python builds syntax trees or symbol tables. A batch grades submissions in threads, and CPython 3.11's
+AST constructor keeps its recursion depth in shared state: two threads parsing at once can fail with "SystemError: AST
+constructor recursion depth mismatch" (python/cpython#106905)."""
 
 ANY = "*"  # a world effect that may change anything
 PLOT = "plotting"  # matplotlib's and the widgets' state: figures, rcParams, widget registry
@@ -373,8 +380,9 @@ def analyse(source: str, modules: tuple = ()) -> CellFacts:
     facts = CellFacts()
     try:
         code = _python(source)
-        tree = ast.parse(code)
-        table = symtable.symtable(code, "<cell>", "exec")
+        with AST_LOCK:
+            tree = ast.parse(code)
+            table = symtable.symtable(code, "<cell>", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         facts.opaque = f"cannot be parsed ({type(exc).__name__})"
         return facts
@@ -490,7 +498,9 @@ class _Aliases:
 @lru_cache(maxsize=4096)
 def _parse(source: str):
     try:
-        return ast.parse(_python(source))
+        code = _python(source)
+        with AST_LOCK:
+            return ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

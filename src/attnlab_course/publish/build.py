@@ -271,7 +271,7 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
     for stem, title, path in docs:  # the docs pages the README links to
         page_html = markdown2html_mistune(_site_links(path.read_text(encoding="utf-8"), root))
         (out / f"{stem}.html").write_text(_page(f"Attention from Scratch: {title}", page_html,
-                                                css="pre { overflow-x: auto; }\n", nav=_nav(pages, None, None, "top")),
+                                                css="pre { white-space: pre-wrap; overflow-wrap: anywhere; }\n", nav=_nav(pages, None, None, "top")),
                                           encoding="utf-8")
         docs_built[stem] = (out / f"{stem}.html").stat().st_size
 
