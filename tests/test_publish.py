@@ -160,3 +160,18 @@ def test_templates_write_the_text_alternative_into_img_alt(template):
 
     img = re.search(r"<img [^>]*\balt=([\"'])(.*?)\1[^>]*>", html)
     assert img and unescape(img.group(2)) == alt and png in img.group(0), html[html.find("<img"):][:300]
+
+
+def test_a_list_taller_than_a_slide_is_split_between_items():
+    items = [f"{n}. " + "word " * 60 + f"end{n}\n   still item {n}" for n in range(1, 13)]
+    block = "\n".join(items)
+    runs = slideshow.split_list(block)
+    assert len(runs) > 1 and "\n".join(runs) == block, "whole items, in order, nothing lost"
+    assert all(slideshow.markdown_height(run) <= slideshow.CONTENT_HEIGHT - 70 for run in runs)
+    assert all(re.match(r"\d+\. ", run) for run in runs), "every run starts at an item, keeping its number"
+    assert slideshow.split_list("- short\n- list") == ["- short\n- list"]
+    assert slideshow.split_list("A paragraph. " * 200) == ["A paragraph. " * 200]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T\n\n## Remember this\n\n" + block)])
+    deck = slideshow.slides_notebook(nb)
+    assert [c.metadata.slideshow["slide_type"] for c in deck.cells].count("subslide") == len(runs) - 1
+    assert not any("attnlab-text-small" in c.metadata.get("tags", []) for c in deck.cells)

@@ -11,7 +11,8 @@ The rules, in the order a reader meets them:
 * an exercise shows the learner's stub (``# your code here``); the reference solution goes to the speaker notes
   and the check cell is skipped; the header's time block goes to the notes;
 * printed output longer than ``MAX_OUTPUT_LINES`` is cut, saying how many lines are left out;
-* a paragraph or list taller than a slide gets smaller text (``attnlab-text-small``);
+* a list taller than a slide is split between its items onto as many subslides as it needs, and a paragraph taller
+  than a slide gets smaller text (``attnlab-text-small``);
 * the Colab set-up cell is skipped (it is set-up, not content);
 * every code cell gets a font size (a ``attnlab-code-N`` tag, N in px) at which its longest line fits the slide.
 """
@@ -126,6 +127,22 @@ def _join_lists(blocks: list[str]) -> list[str]:
     return out
 
 
+def split_list(block: str, height: int = CONTENT_HEIGHT - 70) -> list[str]:
+    """Cut a list into runs of whole items, each at most ``height`` px tall (a heading may share the first slide); a
+    numbered list keeps its numbers. Anything else, and a list that already fits, comes back whole."""
+    if not _is_list(block) or markdown_height(block) <= height:
+        return [block]
+    items = re.split(r"\n(?=(?:[-*+]|\d+\.)\s)", block)  # an item starts at the margin; nested lines are indented
+    runs = [items[0]]
+    for item in items[1:]:
+        joined = runs[-1] + "\n" + item
+        if markdown_height(joined) <= height:
+            runs[-1] = joined
+        else:
+            runs.append(item)
+    return runs
+
+
 def markdown_height(block: str) -> int:
     """Estimated rendered height of a markdown block, in px."""
     stripped = block.strip()
@@ -221,7 +238,7 @@ def slides_notebook(nb):
             source, notes = cell.source, ""
             if index == 0 and TIME_MARK in source:
                 source, notes = source[: source.index(TIME_MARK)], source[source.index(TIME_MARK):]
-            for block in markdown_blocks(source):
+            for block in [run for whole in markdown_blocks(source) for run in split_list(whole)]:
                 piece = nbformat.v4.new_markdown_cell(fold_details(block))
                 fenced = re.findall(r"^```[^\n]*\n(.*?)^```", block, re.S | re.M)
                 if fenced:
