@@ -26,9 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MIN_DISTANCE = 10.0  # CAM02-UCS distance every pair of series colours keeps, under every simulation
 DEFICIENCIES = ("deuteranomaly", "protanomaly", "tritanomaly")  # at severity 100: -anopia
 
-# Notebooks whose figures their owners are still describing (issue 21): their test is expected to fail until then.
-PENDING: set[str] = set()  # notebooks whose figures are still being described (none)
-
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
     (ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
@@ -103,14 +100,7 @@ def _id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}" if path.parent.name == "solutions" else path.stem
 
 
-def _params():
-    for path in NOTEBOOKS:
-        marks = [pytest.mark.xfail(reason="pending: its owner writes the text alternatives", strict=True)] * (
-            path.stem in PENDING)
-        yield pytest.param(path, id=_id(path), marks=marks)
-
-
-@pytest.mark.parametrize("path", list(_params()))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
 def test_every_figure_has_a_written_text_alternative(path):
     """Each picture carries an alt that says something, written for it (not derived), in its HTML and metadata."""
     problems, seen = [], {}
@@ -136,7 +126,7 @@ def test_every_figure_has_a_written_text_alternative(path):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("path", list(_params()))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_id)
 def test_every_figures_series_colours_stay_apart(path):
     """The colours a figure's legends name stay apart under every simulated deficiency (stored by plot.show)."""
     problems = []

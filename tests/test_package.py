@@ -232,3 +232,11 @@ def test_the_colab_cells_install_command_installs_attnlab_from_a_wheel(built, tm
     learner_only = run([python, "-c", "import attnlab.exercises; import attnlab_course"], cwd=tmp_path)
     assert "No module named 'attnlab_course'" in learner_only.stderr, "a learner's install has no course tooling"
     assert not (tmp_path / "env" / "bin" / "attnlab-check").exists()
+
+
+@pytest.mark.parametrize("package", ["attnlab", "attnlab_course.grading"])
+def test_every_exported_name_exists(package):
+    import importlib
+
+    module = importlib.import_module(package)
+    assert [name for name in module.__all__ if not hasattr(module, name)] == []

@@ -9,8 +9,7 @@ such request, on any console error, page error or failed local request. Screensh
 
 Accessibility: axe-core (``tests/browser/axe.py``, pinned and sha512-checked) audits every deck and every page of the site
 against the WCAG 2.1 A and AA rules, in light and in dark mode (``prefers-color-scheme``), on the pages the other checks
-load anyway; there must be no violation. Rules skipped: none (``axe.SKIPPED``), except ``image-alt`` on the pages of
-the notebooks in ``ALT_PENDING``, whose figures their owners are still describing (issue 21). In the decks, keyboard
+load anyway; there must be no violation, and no rule is skipped (``axe.SKIPPED``). In the decks, keyboard
 focus must stay on the slide on show, and the Colab set-up cell is no slide.
 """
 
@@ -44,16 +43,14 @@ NOTEBOOKS = [item.stem for item in course_notebooks()]
 DOCS = [stem for stem, _, _ in docs_pages()]  # docs/*.md, the instructor guide aside
 SCREENSHOT_SLIDES = {"02_masks": 4, "03_why_sqrt_dk": 10, "06_online_softmax": 12}  # deck -> a subslide to show
 CACHE = ROOT / "build" / ".cache" / "npm"  # the npm tarballs, kept between runs (checked against their pins)
-# notebooks whose figures have no text alternative yet (their owners write them): image-alt is not checked on their pages
-ALT_PENDING: set[str] = set()  # notebooks whose figures are still being described (none)
 
 
-def audit(page, what: str, stem: str | None = None) -> list[str]:
+def audit(page, what: str) -> list[str]:
     """axe's WCAG 2.1 A/AA violations on ``page`` in light and dark mode, as lines ``what (mode): rule ...``."""
     found = []
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
-        violations = [v for v in axe.audit(page, CACHE) if not (v["id"] == "image-alt" and stem in ALT_PENDING)]
+        violations = axe.audit(page, CACHE)
         if violations:
             found.append(f"{what} ({scheme}): {axe.summary(violations)}")
     page.emulate_media(color_scheme="light")
@@ -170,7 +167,7 @@ def test_deck_works_offline_and_fits_the_slides(stem, published, watched):
             return s && !(s === Reveal.getCurrentSlide() || s.contains(Reveal.getCurrentSlide())) ?
                 document.activeElement.outerHTML.slice(0, 80) : null; }""")
     assert not any(strays), f"{stem}: Tab stops on slides not on show: {[s for s in strays if s]}"
-    violations = audit(page, f"slides/{stem}.html", stem)
+    violations = audit(page, f"slides/{stem}.html")
     assert not violations, "\n".join(violations)
 
     if stem in SCREENSHOT_SLIDES:
@@ -212,7 +209,7 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
             math[name] = page.locator("mjx-container svg").count()
         if page.locator("script[type='application/vnd.jupyter.widget-state+json']").count():
             page.wait_for_selector(".widget-output img", timeout=30_000)  # explorers show their stored state
-        violations += audit(page, name, name.removesuffix(".html"))
+        violations += audit(page, name)
         if name in ("index.html", "02_masks.html", "instructor-guide.html"):
             page.screenshot(path=str(SHOTS / f"site__{name.removesuffix('.html')}.png"))
             page.emulate_media(color_scheme="dark")

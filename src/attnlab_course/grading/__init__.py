@@ -19,17 +19,10 @@ kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, 
 * :mod:`.gradescope`: the grader as a Gradescope autograder (``run_autograder``).
 """
 
-import sys
-
-# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed (jupyter's dependencies install it):
-# that builds a parser for IRIs at import, 3 s of CPU in every grading process, for a format check nbformat's
-# validation never makes. Without it jsonschema skips that check, as it does wherever the package is absent.
-sys.modules.setdefault("rfc3987_syntax", None)
-
-from .cli import main  # noqa: E402
-from .report import format_report  # noqa: E402, format_summary, write_csv
-from .runner import DEFAULT_TIMEOUT  # noqa: E402, STATUSES, Report, Result, available_cores, grade, grade_many
-from .submission import SubmissionError  # noqa: E402
+from .cli import main
+from .report import format_report, format_summary, write_csv
+from .runner import DEFAULT_TIMEOUT, STATUSES, Report, Result, available_cores, grade, grade_many
+from .submission import SubmissionError
 
 __all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "format_report",
            "format_summary", "grade", "grade_many", "main", "write_csv"]
