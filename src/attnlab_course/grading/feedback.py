@@ -4,9 +4,7 @@ Each page shows every exercise's verdict (in words, not colour alone), the grade
 what was got, the hint), the learner's own code for that exercise and its points. Everything a learner wrote or named
 (file names, roster names, code, the messages that quote it) goes through Jinja2's autoescaping; bidirectional and
 other invisible control characters are shown as ``\\u202e``-style text, so that code reads as it runs, and names are
-shown on one line (a newline as ``\\n``) and isolated in ``<bdi>``. A page loads nothing: no script, no link, no
-image, no font; its Content-Security-Policy forbids all of them but its own inline style, so even a mistake in
-escaping could not run anything.
+shown on one line (a newline as ``\\n``) and isolated in ``<bdi>``. The page loads nothing (:mod:`.pages`).
 """
 
 from __future__ import annotations
@@ -15,37 +13,23 @@ import hashlib
 import re
 from pathlib import Path
 
-import jinja2
-
+from . import pages
 from .points import Roster, Scheme
-from .report import _escape, one_line, open_output
+from .report import open_output
 from .runner import Report
 
-# every control character but newline and tab, line and paragraph separators, zero-width and bidirectional marks, and
-# lone surrogates (a file name's undecodable bytes)
-_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff\ud800-\udfff]")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 STATUS_TEXT = {"passed": "Passed", "failed": "Not yet: the check failed", "not attempted": "Not attempted",
                "error": "Error: your code raised an exception", "timed out": "Timed out", "missing": "Missing"}
 
-TEMPLATE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; form-action 'none'; base-uri 'none'">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
-<title>Feedback for {{ learner | one_line }}: {{ title | one_line }}</title>
-<style>
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1a1a1a; background: #ffffff;
-       line-height: 1.5; max-width: 60rem; margin: 0 auto; padding: 1rem 1.5rem; }
+TEMPLATE = """{% extends "page" %}
+{% block title %}Feedback for {{ learner | one_line }}: {{ title | one_line }}{% endblock %}
+{% block style %}
+body { max-width: 60rem; }
 h1 { font-size: 1.6rem; margin-bottom: 0.25rem; }
 h2 { font-size: 1.25rem; margin-top: 2rem; border-top: 1px solid #767676; padding-top: 1rem; }
 h3 { font-size: 1rem; margin-bottom: 0.25rem; }
-table { border-collapse: collapse; margin: 1rem 0; }
-th, td { border: 1px solid #767676; padding: 0.35rem 0.75rem; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; }
 pre { background: #f5f5f5; color: #1a1a1a; border: 1px solid #767676; padding: 0.75rem; overflow-x: auto;
       white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.95rem; }
 .status { font-weight: bold; padding: 0.1rem 0.4rem; border-radius: 0.2rem; }
@@ -54,9 +38,8 @@ pre { background: #f5f5f5; color: #1a1a1a; border: 1px solid #767676; padding: 0
 .not-attempted, .timed-out { color: #5c4000; background: #fff4d6; }
 .problem { color: #8a1c1c; background: #fdecea; padding: 0.75rem; }
 footer { margin-top: 2rem; font-size: 0.9rem; color: #4a4a4a; }
-</style>
-</head>
-<body>
+{% endblock %}
+{% block body %}
 <header>
 <h1>Feedback: {{ title | one_line }}</h1>
 <p>For <bdi>{{ learner | one_line }}</bdi>{% if learner_id != learner %} (id <bdi>{{ learner_id | one_line }}</bdi>){% endif %},
@@ -114,26 +97,17 @@ Points: {{ ex.earned | points }} of {{ ex.possible | points }}.</p>
 <p>Graded by attnlab-check. Characters that would be invisible in code (such as direction marks) are shown as
 escapes like <code>\\u202e</code>.</p>
 </footer>
-</body>
-</html>
+{% endblock %}
 """
-
-
-def shown(text) -> str:
-    """``text`` with every invisible or direction-changing character written out as an escape (newlines and tabs
-    kept); the template escapes the result for HTML."""
-    return _INVISIBLE.sub(_escape, str(text))
 
 
 def format_points(value: float) -> str:
     return f"{value:g}"
 
 
-_ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-_ENV.filters["shown"] = shown
-_ENV.filters["one_line"] = one_line  # names: a newline shown as backslash-n, like every invisible character
+_ENV = pages.environment(feedback=TEMPLATE)
 _ENV.filters["points"] = format_points
-_PAGE = _ENV.from_string(TEMPLATE)
+_PAGE = _ENV.get_template("feedback")
 
 
 def page_name(file_name: str) -> str:

@@ -18,11 +18,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
 import nbformat
 
 from ..authoring import find_exercises, stub_solution
-from .feedback import shown
+from . import pages
 from .points import Roster
 from .report import open_output
 from .runner import Report
@@ -109,23 +108,13 @@ def compare(reports: list[Report], solutions_dir, roster: Roster | None = None) 
     return sorted(pairs, key=lambda p: (-round(p.score, 6), p.notebook, p.a, p.b))
 
 
-TEMPLATE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Similarity report: evidence to look at, not a verdict</title>
-<style>
-body { font-family: system-ui, sans-serif; color: #1a1a1a; background: #ffffff; line-height: 1.5; margin: 1rem 1.5rem; }
-table { border-collapse: collapse; margin: 1rem 0; }
-th, td { border: 1px solid #767676; padding: 0.3rem 0.6rem; text-align: left; }
-th { background: #f0f0f0; }
+TEMPLATE = """{% extends "page" %}
+{% block title %}Similarity report: evidence to look at, not a verdict{% endblock %}
+{% block style %}
 .flag { font-weight: bold; color: #8a1c1c; }
 .note { background: #fff4d6; color: #1a1a1a; padding: 0.75rem; border: 1px solid #767676; }
-</style>
-</head>
-<body>
+{% endblock %}
+{% block body %}
 <header><h1>Similarity report</h1></header>
 <main>
 <p class="note"><strong>Evidence to look at, not a verdict.</strong> A high score says two learners' code for an
@@ -156,15 +145,13 @@ write alike: read the code, and talk to the learners, before concluding anything
 {% endfor %}{% endfor %}</tbody>
 </table>
 </main>
-</body>
-</html>
+{% endblock %}
 """
 
-_ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-_ENV.filters["shown"] = shown
+_PAGE = pages.environment(similarity=TEMPLATE).get_template("similarity")
 
 
 def write_report(pairs: list[Pair], path) -> None:
     """The similarity report of ``pairs`` as one self-contained HTML page."""
     with open_output(path) as f:
-        f.write(_ENV.from_string(TEMPLATE).render(pairs=pairs, threshold=THRESHOLD, noise=NOISE))
+        f.write(_PAGE.render(pairs=pairs, threshold=THRESHOLD, noise=NOISE))
