@@ -372,3 +372,20 @@ def test_every_control_of_an_explorer_has_a_name(recorder):
                   temperature=ipywidgets.FloatSlider(min=0.1, max=5.0, description="T"))
     names = {w._kwarg: (w.description, w.tooltip) for w in ex.widget.kwargs_widgets}
     assert names == {"n": ("n", "n"), "name": ("name", "name"), "temperature": ("T", "T")}
+
+
+def test_an_explorer_with_sliders_names_their_handles_beside_each_picture(recorder, monkeypatch):
+    import IPython.display
+
+    from attnlab.widgets import NAME_SLIDERS_JS
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append(a[0]))
+    ex = explorer(recorder, n=(1, 10, 1), alt="A small empty figure, one per step of n.")
+    ex.update(n=6)
+    scripts = [d for d in shown if isinstance(d, dict) and "application/javascript" in d]
+    assert scripts == [{"application/javascript": NAME_SLIDERS_JS}] * 2, "one script per picture, and no text"
+    assert "aria-label" in NAME_SLIDERS_JS and ".attnlab-explorer" in NAME_SLIDERS_JS
+    shown.clear()
+    explorer(recorder, n=[3, 4, 5], alt="A small empty figure, one per choice of n.")
+    assert not any(isinstance(d, dict) and "application/javascript" in d for d in shown), "a dropdown needs no script"

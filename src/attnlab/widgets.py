@@ -33,6 +33,33 @@ CSS_CLASS = "attnlab-explorer"
 # column, instead of 1400 px that the browser scales down anyway; half the pixels to draw, encode, send and decode.
 LIVE_DPI = 72
 
+# ipywidgets draws a slider with noUiSlider, whose handle (role="slider", the part that takes the keyboard) has no
+# accessible name: its visible label is not tied to it, and ipywidgets 8 offers no way to tie it. A screen reader then
+# announces "slider, 3" with no word of what it sets. So an explorer with sliders shows, beside its picture, this
+# script: it names every slider handle of its explorer after the slider's label (aria-label), and again whenever
+# ipywidgets rebuilds a handle. JupyterLab and Notebook run it (the explorer's outputs are trusted); a frontend that
+# does not run scripts shows nothing for it, and the slider works as before.
+NAME_SLIDERS_JS = """(() => {
+  let tries = 0;
+  const attach = () => {
+    const root = element.closest('.attnlab-explorer');
+    if (!root) { if (tries++ < 100) setTimeout(attach, 50); return; }
+    const name = () => root.querySelectorAll('.widget-slider').forEach(slider => {
+      const label = slider.querySelector('.widget-label');
+      const text = label ? label.textContent.trim() : '';
+      slider.querySelectorAll('[role=slider]').forEach(handle => {
+        if (text && handle.getAttribute('aria-label') !== text) handle.setAttribute('aria-label', text);
+      });
+    });
+    name();
+    if (!root.attnlabNamer) {
+      root.attnlabNamer = new MutationObserver(name);
+      root.attnlabNamer.observe(root, {childList: true, subtree: true});
+    }
+  };
+  attach();
+})();"""
+
 
 def _figure_png(fig) -> bytes:
     buf = io.BytesIO()
@@ -172,6 +199,7 @@ class Explorer:
         self.view = View()  # what a live `draw` keeps between the widget's calls
         self._canvas = _LiveCanvas()
         self._held, self._last, self._last_values = False, None, None
+        self._has_sliders = False
         try:
             import ipywidgets
         except ImportError:
@@ -194,6 +222,8 @@ class Explorer:
                 control.description = name  # every control has a visible label, its accessible name
             if hasattr(control, "tooltip") and not control.tooltip:
                 control.tooltip = control.description
+        # every slider view of ipywidgets (int, float, log, range, selection) is a noUiSlider
+        self._has_sliders = any(getattr(c, "_view_name", "").endswith("SliderView") for c in made.values())
         self.widget = ipywidgets.interactive(self._show, **made)
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)
@@ -224,6 +254,8 @@ class Explorer:
     def _show(self, **values):
         from IPython.display import display
 
+        if self._has_sliders:  # no text/plain: a frontend that runs no scripts shows nothing
+            display({"application/javascript": NAME_SLIDERS_JS}, raw=True)
         if self._held and self._last is not None:
             data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), self._last_values)
             display(data, raw=True, metadata=metadata)

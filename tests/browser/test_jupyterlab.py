@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from . import axe
 from .conftest import ARTIFACTS, CHROMIUM, NOTEBOOKS
 
 if not CHROMIUM.exists():
@@ -168,6 +169,30 @@ def _check_notebook(page, relpath, state, timings):
         timings[f"{relpath} explorer {n}"] = {"action": action, "update_seconds": steps[0], "steps_seconds": steps,
                                               "median_seconds": round(statistics.median(steps), 3),
                                               "max_seconds": max(steps)}
+        _work_by_keyboard(page, explorer, f"{relpath}: explorer {n}")
+    # every control has an accessible name, and nothing else in an explorer breaks a WCAG 2.1 A/AA rule
+    if axe.available():
+        found = axe.audit(page, within=f"{PANEL} .attnlab-explorer")
+        assert found == [], f"{relpath}: WCAG 2.1 A/AA violations in the explorers: {axe.summary(found)}"
+
+
+def _work_by_keyboard(page, explorer, what: str) -> None:
+    """Each slider of ``explorer`` takes the keyboard focus and moves with End and Home, as a keyboard user would."""
+    handles = explorer.locator("[role=slider]")
+    for h in range(handles.count()):
+        handle = handles.nth(h)
+        label = handle.get_attribute("aria-label")
+        assert label, f"{what}: slider {h} has no accessible name"
+        for key in ("End", "Home"):
+            before = handle.get_attribute("aria-valuenow")
+            handle.focus()
+            page.keyboard.press(key)
+            page.wait_for_timeout(50)
+            if handle.get_attribute("aria-valuenow") != before:
+                break
+        else:
+            raise AssertionError(f"{what}: slider {label!r} did not move with End or Home")
+        _wait_idle(page)
 
 
 def _wait_idle(page) -> None:

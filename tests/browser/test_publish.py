@@ -42,7 +42,7 @@ SHOTS = ARTIFACTS / "publish"
 NOTEBOOKS = [item.stem for item in course_notebooks()]
 DOCS = [stem for stem, _, _ in docs_pages()]  # docs/*.md, the instructor guide aside
 SCREENSHOT_SLIDES = {"02_masks": 4, "03_why_sqrt_dk": 10, "06_online_softmax": 12}  # deck -> a subslide to show
-CACHE = ROOT / "build" / ".cache" / "npm"  # the npm tarballs, kept between runs (checked against their pins)
+CACHE = axe.CACHE
 
 
 def audit(page, what: str) -> list[str]:
