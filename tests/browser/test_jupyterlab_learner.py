@@ -1,6 +1,7 @@
-"""The learner notebooks in JupyterLab: "Run all" shows no error and every explorer moves (see ``test_jupyterlab.py``).
+"""A learner notebook in JupyterLab: "Run all" shows no error and every explorer moves (see ``test_jupyterlab.py``,
+where ``LEARNER_NOTEBOOKS`` says which one and why).
 
-They run in this module rather than beside the solution notebooks so that pytest-xdist's ``--dist loadscope`` can
+It runs in this module rather than beside the solution notebooks so that pytest-xdist's ``--dist loadscope`` can
 run the two halves of the browser suite on different workers (each starts its own JupyterLab).
 """
 
