@@ -19,10 +19,20 @@ kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, 
 * :mod:`.gradescope`: the grader as a Gradescope autograder (``run_autograder``).
 """
 
-from .cli import main
-from .report import format_report, format_summary, write_csv
-from .runner import DEFAULT_TIMEOUT, STATUSES, Report, Result, available_cores, grade, grade_many
-from .submission import SubmissionError
+import importlib
+
+# Imported on first use (PEP 562): every grading process loads this package for its pytest plugin (.nbval_hooks), and
+# importing the command line, the reports and the runner there would delay the kernel's start by a quarter second.
+_HOMES = {"main": "cli", "format_report": "report", "format_summary": "report", "write_csv": "report",
+          "DEFAULT_TIMEOUT": "runner", "STATUSES": "runner", "Report": "runner", "Result": "runner",
+          "available_cores": "runner", "grade": "runner", "grade_many": "runner", "SubmissionError": "submission"}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+
 
 __all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "format_report",
            "format_summary", "grade", "grade_many", "main", "write_csv"]
