@@ -2,9 +2,8 @@
 
 The decks and the site are built once per session (``attnlab_course.publish``) into a temporary folder (or taken from
 ``ATTNLAB_PUBLISHED``, a folder with ``slides/`` and ``site/`` built from this checkout, to check a build again). Every
-request
-that is not a local file (``file:``, ``data:``, ``blob:``) or loopback is blocked and recorded; a test fails on any
-such request, on any console error, page error or failed local request. Screenshots of a few slides and pages go to
+request that is not a local file (``file:``, ``data:``, ``blob:``) or loopback is blocked and recorded; a test fails on
+any such request, on any console error, page error or failed local request. Screenshots of a few slides and pages go to
 ``artifacts/publish/`` (git ignores it) and the build times and sizes to ``artifacts/publish/build.json``.
 
 Accessibility: axe-core (``tests/browser/axe.py``, pinned and sha512-checked) audits every deck and every page of the site
@@ -42,7 +41,6 @@ SHOTS = ARTIFACTS / "publish"
 NOTEBOOKS = [item.stem for item in course_notebooks()]
 DOCS = [stem for stem, _, _ in docs_pages()]  # docs/*.md, the instructor guide aside
 SCREENSHOT_SLIDES = {"02_masks": 4, "03_why_sqrt_dk": 10, "06_online_softmax": 12}  # deck -> a subslide to show
-CACHE = axe.CACHE
 
 
 def audit(page, what: str) -> list[str]:
@@ -50,7 +48,7 @@ def audit(page, what: str) -> list[str]:
     found = []
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
-        violations = axe.audit(page, CACHE)
+        violations = axe.audit(page)
         if violations:
             found.append(f"{what} ({scheme}): {axe.summary(violations)}")
     page.emulate_media(color_scheme="light")
@@ -62,7 +60,7 @@ def published(tmp_path_factory):
     if os.environ.get("ATTNLAB_PUBLISHED"):
         return Path(os.environ["ATTNLAB_PUBLISHED"])
     out = tmp_path_factory.mktemp("publish")
-    cache = CACHE
+    cache = axe.CACHE
     if shutil.which("npm") is None and not all(any(cache.glob(f"*-{p.version}.tgz")) for p in assets.PACKAGES):
         pytest.skip("publishing tests skipped: npm is needed once to fetch the pinned reveal.js and MathJax packages")
     slides, site = build_slides(out / "slides", cache=cache), build_site(out / "site", cache=cache)

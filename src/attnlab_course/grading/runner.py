@@ -65,6 +65,7 @@ Result = Verdict  # the one verdict type of the protocol: an exercise, a status 
 # does wherever the package is absent.
 PYTEST_MAIN = "import sys; sys.modules['rfc3987_syntax'] = None; import pytest; sys.exit(pytest.main())"
 
+
 @dataclass
 class Report:
     """The grading of one submission. ``problem`` is set when it could not be graded at all."""

@@ -262,16 +262,16 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
 
     mathjax = (exporter.environment.get_template("attnlab_head.j2").module.attnlab_head(
         {"mathjax_url": assets.MATHJAX, "require_js_url": assets.REQUIRE}))
+    top_nav = _nav(pages, None, None, "top")  # of every page that is not a notebook's
     guide_html = markdown2html_mistune(_site_links(guide.render(root), root))
     (out / "instructor-guide.html").write_text(_page(
-        "Attention from Scratch: instructor guide", guide_html, head=str(mathjax), nav=_nav(pages, None, None, "top")),
-        encoding="utf-8")
+        "Attention from Scratch: instructor guide", guide_html, head=str(mathjax), nav=top_nav), encoding="utf-8")
 
     docs, docs_built = docs_pages(root), {}
     for stem, title, path in docs:  # the docs pages the README links to
         page_html = markdown2html_mistune(_site_links(path.read_text(encoding="utf-8"), root))
-        (out / f"{stem}.html").write_text(_page(f"Attention from Scratch: {title}", page_html,
-                                                css="pre { white-space: pre-wrap; overflow-wrap: anywhere; }\n", nav=_nav(pages, None, None, "top")),
+        (out / f"{stem}.html").write_text(_page(f"Attention from Scratch: {title}", page_html, nav=top_nav,
+                                                css="pre { white-space: pre-wrap; overflow-wrap: anywhere; }\n"),
                                           encoding="utf-8")
         docs_built[stem] = (out / f"{stem}.html").stat().st_size
 
@@ -287,6 +287,6 @@ def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
               "discussion prompts, the mistakes each exercise diagnoses, grading).</p>\n"
             + "<h2>More about the course</h2>\n<ul>\n"
             + "".join(f'<li><a href="{stem}.html">{escape(title)}</a></li>\n' for stem, title, _ in docs) + "</ul>")
-    (out / "index.html").write_text(_page("Attention from Scratch", body, head=str(mathjax),
-                                          nav=_nav(pages, None, None, "top")), encoding="utf-8")
+    (out / "index.html").write_text(_page("Attention from Scratch", body, head=str(mathjax), nav=top_nav),
+                                    encoding="utf-8")
     return {"seconds": round(time.perf_counter() - start, 1), "pages": built, "docs": docs_built}
