@@ -152,6 +152,27 @@ def test_a_uid_with_a_process_or_held_by_another_grader_is_skipped():
         holder.wait()
 
 
+@ROOT_ONLY
+def test_the_end_of_a_grading_kills_its_uids_live_processes_and_does_not_wait_for_a_zombie():
+    lease = isolation.lease_uid()
+    uid = lease.uid
+    lease.release()
+    live = subprocess.Popen(["sleep", "30"], user=uid, group=uid, extra_groups=[])
+    dead = subprocess.Popen(["true"], user=uid, group=uid, extra_groups=[])  # not waited for: a zombie
+    try:
+        deadline = time.monotonic() + 5
+        while not isolation._zombie(Path(f"/proc/{dead.pid}")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert isolation.kill_uid(uid) == 1, "the live process is killed, the zombie is not counted"
+        assert live.wait(timeout=5) == -9
+        assert isolation.kill_uid(uid) == 0, "only a zombie is left: nothing to wait for"
+        assert uid in isolation.process_uids(), "a zombie's uid is still busy, so it is not leased meanwhile"
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()
+
+
 # --- cgroups --------------------------------------------------------------------------------------------------------
 
 
