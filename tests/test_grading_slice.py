@@ -22,7 +22,7 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 from nbval import kernel as nbval_kernel
 
 from attnlab_course.authoring import find_exercises, learner_notebook
-from attnlab_course.grading import nbval_hooks, runner, slicing, submission
+from attnlab_course.grading import kernel, nbval_hooks, runner, slicing, submission
 from attnlab_course.grading import notebook as gradingnb
 from attnlab_course.paths import solutions_dir
 
@@ -36,6 +36,9 @@ def _kept(own_cells: list[str], exercise: str, check: str = 'check("9.1", answer
     keep, _ = slicing.slice_cells(sources, [True] * (len(sources) - 2) + [False, False])
     assert keep[-2:] == [True, True]
     return [s for s, k in zip(sources[1:-2], keep[1:-2]) if k]
+
+
+SLIM_IMPORTS = "from attnlab.exercises import check"  # IMPORTS, when only the checks are run
 
 
 FIGURE = 'fig, ax = plt.subplots()\nplot.heatmap(weights, ax=ax, title="w")\nplt.show()'
@@ -96,6 +99,56 @@ def test_an_opaque_own_cell_is_kept_with_every_cell_before_it():
     assert _kept([DATA, FIGURE, "exec('z = 1')", TIMING], PLAIN) == [DATA, FIGURE, "exec('z = 1')"]
 
 
+# --- imports nothing reads ------------------------------------------------------------------------------------------
+
+
+def _slim(exercise: str, *own_cells: str) -> str:
+    """The imports cell as a grading with ``own_cells`` and one exercise runs it."""
+    sources = [IMPORTS, *own_cells, exercise, 'check("9.1", answer)']
+    slim = {}
+    keep, _ = slicing.slice_cells(sources, [True] * (1 + len(own_cells)) + [False, False], slim)
+    assert keep[0]
+    return slim.get(0, IMPORTS)
+
+
+def test_imports_nothing_reads_are_left_out_and_what_is_read_stays():
+    assert _slim(PLAIN, DATA, FIGURE) == "import numpy as np\nfrom attnlab.exercises import check"
+    assert _slim("def answer(x):\n    return attnlab.softmax(x)").splitlines() == [
+        "import attnlab", "from attnlab import plot", "from attnlab.widgets import explorer",
+        "from attnlab.exercises import check"], "attnlab is read: every import from it stays (attnlab.plot.x)"
+    assert _slim("def answer(x):\n    warnings.warn('w')\n    return x") == \
+        "import warnings\nfrom attnlab.exercises import check"
+    assert _slim("def answer(x):\n    return x", DATA) == "from attnlab.exercises import check", \
+        "what a dropped cell (DATA) reads is not needed"
+    assert _slim("def answer(x):\n    return x + q", DATA).splitlines() == [
+        "import numpy as np", "import attnlab", "from attnlab import plot", "from attnlab.widgets import explorer",
+        "from attnlab.exercises import check"], "what a kept cell (DATA) reads is"
+
+
+def test_plotting_imports_and_the_magic_stay_when_a_kept_cell_plots():
+    for plots in ("def answer(x):\n    plt.figure()\n    return x",  # the learner's own plot
+                  "def answer(x):\n    import matplotlib.pyplot as p\n    p.gcf()\n    return x"):
+        slim = _slim(plots, 'plt.rcParams["font.size"] = 9')
+        assert slim.startswith("%matplotlib inline") and "import matplotlib.pyplot as plt" in slim, slim
+    one = "%matplotlib inline\nimport numpy as np, matplotlib.pyplot as plt\nfrom attnlab.exercises import check"
+    slim = {}
+    slicing.slice_cells([one, PLAIN, 'check("9.1", answer)'], [True, False, False], slim)
+    assert slim[0] == "import numpy as np\nfrom attnlab.exercises import check", "one name of two, and the magic"
+
+
+@pytest.mark.parametrize("cell", [
+    "%load_ext autoreload\nimport numpy as np",  # another magic: not slimmed (and opaque)
+    "!pip list\nimport numpy as np",
+    "import numpy as np\nnp = np",  # bound otherwise too: a variable
+    "from . import x",
+    "if True:\n    %matplotlib inline\nimport numpy as np",
+])
+def test_a_cell_the_slimming_cannot_read_plainly_is_run_as_it_is(cell):
+    slim = {}
+    slicing.slice_cells([cell, "x = 1", PLAIN, 'check("9.1", answer)'], [True, True, False, False], slim)
+    assert 0 not in slim or "np" in slim[0], slim
+
+
 # --- attacks through the exercise cells --------------------------------------------------------------------------
 
 
@@ -152,11 +205,18 @@ def test_no_exercise_cell_can_remove_a_check_or_change_the_cells_it_runs_with(so
     roles = [(c.metadata.get("attnlab") or {}).get("role") for c in sliced.cells]
     assert roles.count("check") == 2 and roles.count("solution") == 2
     full_sources = [c.source for c in full.cells]
-    positions = [full_sources.index(c.source) for c in sliced.cells]
+
+    def twin(cell) -> int:
+        if cell.source in full_sources:
+            return full_sources.index(cell.source)
+        # else the imports cell, less imports that nothing kept reads: each of its lines is one of the cell's
+        assert set(cell.source.splitlines()) <= set(IMPORTS.splitlines()), cell.source
+        return 0
+
+    positions = [twin(c) for c in sliced.cells]
     assert positions == sorted(positions), "the kept cells run in the full run's order"
-    for cell in sliced.cells:  # every kept cell is the full run's cell, source, metadata and expected output
-        twin = full.cells[full_sources.index(cell.source)]
-        assert cell == twin
+    for cell, n in zip(sliced.cells, positions):  # the full run's cell: source, metadata and expected output
+        assert cell == {**full.cells[n], "source": cell.source} and (cell.source == full.cells[n].source or n == 0)
 
 
 def test_the_trusted_side_gets_the_same_setup_sliced_or_not(tmp_path, monkeypatch):
@@ -179,7 +239,7 @@ def test_the_trusted_side_gets_the_same_setup_sliced_or_not(tmp_path, monkeypatc
     runner.grade(path, solution_dir, sliced=False)
     assert seen["gradings"][0] == seen["gradings"][1]
     sliced, full = seen["cells"]
-    assert sliced == [IMPORTS] + full[4:] and full[:4] == [IMPORTS, DATA, FIGURE, EXPLORER]
+    assert sliced == [SLIM_IMPORTS] + full[4:] and full[:4] == [IMPORTS, DATA, FIGURE, EXPLORER]
 
 
 # --- the kernel starts while the notebook is prepared ------------------------------------------------------------
@@ -193,9 +253,9 @@ def test_the_kernel_starts_before_the_notebook_exists_and_nbval_gets_that_kernel
         launched.append((kernel_name, kwargs, notebook.exists()))
         return f"kernel {len(launched)}"
 
-    monkeypatch.setattr(nbval_hooks, "_launch", launch)
+    monkeypatch.setattr(kernel, "launch", launch)
     monkeypatch.setattr(nbval_hooks, "_connect", lambda km, startup_timeout: (km, f"client of {km}"))
-    early = nbval_hooks._launch_early({}, notebook)
+    early = kernel.launch_early({}, notebook)
     (kernel_name, kwargs, existed), = launched
     assert not existed, "the kernel was launched before the notebook was there"
     assert kernel_name == nbval_kernel.CURRENT_ENV_KERNEL_NAME and kwargs["cwd"] == str(tmp_path)
@@ -212,8 +272,8 @@ def test_a_kernel_that_fails_to_launch_early_fails_nbvals_start(monkeypatch):
     def launch(grading, kernel_name, **kwargs):
         raise RuntimeError("no kernel")
 
-    monkeypatch.setattr(nbval_hooks, "_launch", launch)
-    start = nbval_hooks._kernel_starter({}, nbval_hooks._launch_early({}, solutions_dir() / "missing.ipynb"))
+    monkeypatch.setattr(kernel, "launch", launch)
+    start = nbval_hooks._kernel_starter({}, kernel.launch_early({}, solutions_dir() / "missing.ipynb"))
     with pytest.raises(RuntimeError, match="no kernel"):
         start(startup_timeout=60, kernel_name="x")
 

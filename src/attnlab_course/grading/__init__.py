@@ -10,8 +10,9 @@ kernel and the grader share (:mod:`attnlab.exercises._protocol`: every message, 
 * :mod:`.sandbox` and :mod:`.isolation`: the bubblewrap sandbox of each grading and its limits, and its uid and
   cgroup on the host;
 * :mod:`.trusted`: the trusted judge, which decides each exercise's verdict in the grader's process;
-* :mod:`.nbval_hooks`: the pytest plugin that runs the trusted side inside the nbval run, and :mod:`.record`, what it
-  writes down for the runner;
+* :mod:`.nbval_hooks`: the pytest plugin that runs the trusted side inside the nbval run, :mod:`.kernel`, the
+  learner's kernel it hands nbval (launched before pytest loads), and :mod:`.record`, what it writes down for the
+  runner;
 * :mod:`.report`: the table, the batch summary and the CSV;
 * :mod:`.outputs`: everything a batch (or the merge of its shards) writes: the CSV, :mod:`.feedback` pages,
   :mod:`.exports` for Canvas, Moodle and Gradescope, the :mod:`.similarity` report and the :mod:`.results` file,

@@ -5,8 +5,8 @@ kernel, and this plugin
 
 * starts that kernel in its sandbox (:mod:`.sandbox`) when the grading asks for one: nbval's kernel start is
   replaced by one that talks to the kernel over Unix sockets in the sandbox's own folder;
-* launches the kernel as soon as pytest is configured, while the runner is still building the notebook: nbval then
-  connects to that kernel (:func:`_launch_early`), and the run waits for the notebook to appear;
+* hands nbval the kernel that the grading's entry point launched before pytest loaded (:mod:`.kernel`), while the
+  runner is still building the notebook, and makes the run wait for the notebook to appear;
 * listens on the check socket (mode 0600, in the grading's private runtime folder) and, while nbval runs a check
   cell, judges that exercise (:mod:`.trusted`): the kernel's ``check`` connects and first says hello with the
   grading's secret key (:func:`accept_kernel` closes any other connection), the checker runs here and calls the
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from . import record
+from . import kernel, record
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_TEXT = 4000
@@ -73,44 +73,6 @@ def _append(kind: str, **fields) -> None:
 # --- the kernel, in its sandbox ---------------------------------------------------------------------------------
 
 
-def _kernel_manager(grading: dict, kernel_name: str):
-    """The manager of the learner's kernel: nbval's, or, when the grading asks for a sandbox, the same kernel over
-    Unix sockets inside the sandbox."""
-    from jupyter_client.manager import KernelManager
-    from nbval.kernel import NbvalKernelspecManager
-
-    if not grading.get("sandbox_config"):
-        return KernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager())
-    runtime = Path(grading["runtime"])
-    uid = grading.get("uid")
-
-    class SandboxedKernelManager(KernelManager):
-        def format_kernel_cmd(self, extra_arguments=None):
-            command = super().format_kernel_cmd(extra_arguments)
-            # the launcher runs as a plain script (-I -S: no site, no attnlab import): it needs only the stdlib
-            return [sys.executable, "-I", "-S", str(Path(__file__).with_name("sandbox.py")), grading["sandbox_config"],
-                    "--", *command]
-
-        def write_connection_file(self, **kwargs):
-            super().write_connection_file(**kwargs)
-            if uid is not None:
-                os.chown(self.connection_file, uid, uid)
-
-    km = SandboxedKernelManager(kernel_name=kernel_name, kernel_spec_manager=NbvalKernelspecManager(),
-                                transport="ipc", ip=str(runtime / "k"), connection_file=str(runtime / "kernel.json"))
-    # interrupt by message: the kernel signals itself, inside its own session and PID namespace
-    km.kernel_spec.interrupt_mode = "message"
-    return km
-
-
-def _launch(grading: dict, kernel_name: str, **kwargs):
-    """Start the kernel's process (this returns at once; the kernel boots meanwhile)."""
-    km = _kernel_manager(grading, kernel_name)
-    km.start_kernel(**kwargs)
-    _state["km"] = km
-    return km
-
-
 def _connect(km, startup_timeout: float):
     """nbval's ``start_new_kernel`` from the launch on: a client, once the kernel answers."""
     kc = km.client()
@@ -126,7 +88,7 @@ def _connect(km, startup_timeout: float):
 
 def _kernel_starter(grading: dict, early=None):
     """A replacement for nbval's ``start_new_kernel``. ``early`` is a kernel launched before the notebook was ready
-    (:func:`_launch_early`): nbval's first call connects to it, later calls (a restart) start new ones."""
+    (:func:`.kernel.start_early`): nbval's first call connects to it, later calls (a restart) start new ones."""
 
     def start(startup_timeout=60, kernel_name="python", **kwargs):
         if early is not None and not early.get("taken"):
@@ -134,21 +96,9 @@ def _kernel_starter(grading: dict, early=None):
             if "error" in early:
                 raise early["error"]
             return _connect(early["km"], startup_timeout)
-        return _connect(_launch(grading, kernel_name, **kwargs), startup_timeout)
+        return _connect(kernel.launch(grading, kernel_name, **kwargs), startup_timeout)
 
     return start
-
-
-def _launch_early(grading: dict, notebook: Path) -> dict:
-    """Launch the kernel now, with the arguments nbval's ``RunningKernel`` will give, so that it boots while the
-    runner is still building the notebook; its failure is raised when nbval asks for the kernel."""
-    from nbval.kernel import CURRENT_ENV_KERNEL_NAME
-
-    try:
-        return {"km": _launch(grading, CURRENT_ENV_KERNEL_NAME, stderr=open(os.devnull, "w"),
-                              cwd=str(notebook.parent))}
-    except Exception as exc:
-        return {"error": exc}
 
 
 def pytest_configure(config):
@@ -177,12 +127,10 @@ def pytest_configure(config):
     _state.update(grading=grading, listener=listener)
     import nbval.kernel
 
-    if not grading.get("sandbox_config"):
-        os.environ["ATTNLAB_CHECK_SOCKET"] = grading["socket"]
-        os.environ["ATTNLAB_CHECK_KEY"] = grading.get("key", "")
-    early = None
+    early = kernel.EARLY
     if grading.get("notebook"):
-        early = _launch_early(grading, Path(grading["notebook"]))
+        if early is None:  # pytest started some other way than by the grading's entry point
+            early = kernel.launch_early(grading, Path(grading["notebook"]))
         _wait_for(Path(grading["notebook"]), float(grading.get("notebook_wait", 120)))
     nbval.kernel.start_new_kernel = _kernel_starter(grading, early)
 
@@ -263,7 +211,7 @@ def _judge_one(exercise_id: str, timeout: float, result: dict) -> None:
 
 
 def _interrupt_kernel() -> None:
-    km = _state.get("km")
+    km = kernel.LAUNCHED.get("km")
     if km is not None:
         try:
             km.interrupt_kernel()
@@ -274,7 +222,7 @@ def _interrupt_kernel() -> None:
 def _kill_kernel() -> None:
     import signal
 
-    process = getattr(getattr(_state.get("km"), "provisioner", None), "process", None)
+    process = getattr(getattr(kernel.LAUNCHED.get("km"), "provisioner", None), "process", None)
     if process is not None and process.poll() is None:
         try:
             os.kill(process.pid, signal.SIGKILL)  # the sandbox's bubblewrap: its PID namespace goes with it
@@ -337,11 +285,11 @@ def pytest_runtest_makereport(item, call):
             _append("broken", text=_short(str(call.excinfo.value)).strip()[:300])
         return
     failed = call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception)
-    kernel = getattr(item.parent, "kernel", None)
+    running = getattr(item.parent, "kernel", None)
     cell = {
         "ok": not failed,
         "timed_out": bool(getattr(item.parent, "timed_out", False)),  # nbval's deadline fired during this cell
-        "kernel_alive": kernel is not None and kernel.is_alive(),  # nbval stops a kernel it cannot interrupt
+        "kernel_alive": running is not None and running.is_alive(),  # nbval stops a kernel it cannot interrupt
         "message": _short(str(call.excinfo.value)) if failed else "",
         "outputs": [_output(o) for o in (getattr(item, "test_outputs", None) or [])],
     }
@@ -397,3 +345,23 @@ def _kernel_stopped(exercise_id: str | None) -> None:
     elif exercise_id not in settled:
         _verdict(trusted.kernel_stopped_verdict(exercise_id, culprit=True))
     _append("stopped", exercise=exercise_id)
+
+
+# --- the end of the run ----------------------------------------------------------------------------------------------
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    _state["exitstatus"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Leave at once when the grading is over: the record is complete (each line was closed as it was written) and
+    nbval has stopped the kernel, so the interpreter's own shutdown (ZeroMQ's linger, module teardown: 0.4 s) would
+    only delay the verdicts."""
+    if config.option.attnlab_grading and "exitstatus" in _state:
+        _kill_kernel()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_state["exitstatus"])

@@ -8,9 +8,10 @@ in parallel, each in its own processes and sandbox. One grading:
 2. draws the grading's secret seed, from which the checks draw their inputs, and a random token per exercise;
 3. runs ``pytest --nbval`` (strict) in a process of its own, under a hard wall-clock deadline (:func:`run_nbval`),
    with the learner's kernel in a bubblewrap sandbox (:mod:`.sandbox`) and, as root, a uid and a cgroup of its own
-   on the host (:mod:`.isolation`). That process starts the kernel at once, while this one builds the notebook it
-   runs (:mod:`.notebook`): the solution's cells with the learner's exercise cells, less the notebook's own cells
-   that no exercise needs (:mod:`.slicing`);
+   on the host (:mod:`.isolation`). That process launches the kernel first, before pytest loads (:mod:`.kernel`),
+   while this one builds the notebook it runs (:mod:`.notebook`): the solution's cells with the learner's exercise
+   cells, less the notebook's own cells that no exercise needs and the imports that nothing kept reads
+   (:mod:`.slicing`);
 4. takes each exercise's verdict from that process's record (:mod:`.record`): the trusted side
    (:mod:`.nbval_hooks`, :mod:`.trusted`) settled it there as a :class:`~attnlab.exercises._protocol.Verdict`.
    This module never works a verdict out from what nbval printed. It adds a verdict only for what the trusted
@@ -63,7 +64,10 @@ Result = Verdict  # the one verdict type of the protocol: an exercise, a status 
 # it is installed (jupyter's dependencies install it) and builds a parser for IRIs at import: 3 s of CPU in every
 # grading process, for a format check nbformat's validation never makes. Without it jsonschema skips that check, as it
 # does wherever the package is absent.
-PYTEST_MAIN = "import sys; sys.modules['rfc3987_syntax'] = None; import pytest; sys.exit(pytest.main())"
+# It launches the learner's kernel first, before pytest loads (:func:`.kernel.start_early`).
+PYTEST_MAIN = ("import sys; sys.modules['rfc3987_syntax'] = None; "
+               "from attnlab_course.grading import kernel; kernel.start_early(sys.argv); "
+               "import pytest; sys.exit(pytest.main())")
 
 
 @dataclass

@@ -8,7 +8,10 @@ keeps the cells a grading needs and drops the others:
   exercise cell (it may run the learner's code);
 * an own cell is dropped only when the analysis shows that no kept cell after it reads anything it binds, deletes or
   may change, and that it changes no state outside the notebook's names that a kept cell may read; when in doubt it
-  is kept.
+  is kept;
+* in a kept own cell before the exercises, an import is left out when no later kept cell reads its name or its
+  package, nor plotting state for a plotting package (:func:`slim_imports`): pyplot and ipywidgets, which only the
+  figures and explorers use, were a third of a grading's kernel time.
 
 The analysis reads each cell with Python's :mod:`ast` and :mod:`symtable` (after IPython's own transformation of
 magics into Python), and works on *names* of the notebook's global namespace:
@@ -40,6 +43,7 @@ fewer; the check cells and the trusted side's inputs are the same as in a full r
 from __future__ import annotations
 
 import ast
+import copy
 import re
 import symtable
 import threading
@@ -525,10 +529,11 @@ def notebook_modules(trees) -> dict[str, str]:
     return {name: module for name, module in modules.items() if name not in other}
 
 
-def slice_cells(sources: list[str], own: list[bool]) -> tuple[list[bool], dict[int, str]]:
+def slice_cells(sources: list[str], own: list[bool], slim: dict | None = None) -> tuple[list[bool], dict[int, str]]:
     """Which cells to run, in order: ``sources`` are the grading notebook's code cells, ``own[i]`` says whether cell
     ``i`` is one of the notebook's own (else an exercise or check cell, always kept). Returns ``keep`` and, for every
-    kept own cell, why (for the record and the tests)."""
+    kept own cell, why (for the record and the tests). When ``slim`` is a dict, it receives the source to run instead
+    of each kept own cell that has imports no later cell needs (:func:`slim_imports`)."""
     n = len(sources)
     first_learner = next((i for i in range(n) if not own[i]), n)
     modules = notebook_modules(_parse(source) for source in sources)
@@ -568,6 +573,10 @@ def slice_cells(sources: list[str], own: list[bool]) -> tuple[list[bool], dict[i
             reason = _needed(f, _resolve(f, functions, origins, aliases, modules, known), needed, world)
             if reason:
                 keep[i], why[i] = True, reason
+                if slim is not None and not f.opaque:
+                    slimmer = slim_imports(sources[i], needed, PLOT in world, modules)
+                    if slimmer is not None:
+                        slim[i] = slimmer
         elif own[i]:
             keep[i], why[i] = True, "after the first exercise cell"
         if keep[i]:
@@ -578,6 +587,63 @@ def slice_cells(sources: list[str], own: list[bool]) -> tuple[list[bool], dict[i
             needed |= {name for name in f.reads if name in modules}  # re-imported or not, its import must run
             world |= f.world_reads | ({PLOT} if f.reads & plotting else set())
     return keep, why
+
+
+# Packages whose import sets up plotting (pyplot picks its backend; ``%matplotlib`` imports pyplot): kept with any
+# later cell that reads plotting state.
+_PLOTTING = {"matplotlib", "ipywidgets", "IPython"}
+_MAGIC_LINE = re.compile(r"^\s*%matplotlib(\s+\w+)?\s*$")
+
+
+def slim_imports(source: str, needed: set, plotting: bool, modules: dict) -> str | None:
+    """``source`` without the imports that no later cell needs, or None when it has none to leave out.
+
+    Only a cell of plain Python and ``%matplotlib`` lines is slimmed (any other magic, or a syntax error: None). An
+    imported name is left out when it is bound by imports only (``modules``), no later kept cell reads it or its top
+    package (``needed``; ``attnlab.plot.x`` needs every ``from attnlab import ..``), no other statement of the cell
+    reads them, and, for plotting packages, no later cell reads plotting state (``plotting``). ``%matplotlib`` goes
+    when no plotting import stays. Importing numpy's pyplot and ipywidgets that nothing uses is most of a grading's
+    kernel time in notebook 02."""
+    lines = source.splitlines()
+    magics = {n for n, line in enumerate(lines) if _MAGIC_LINE.match(line)}
+    if any(line.lstrip().startswith(("%", "!")) for n, line in enumerate(lines) if n not in magics):
+        return None
+    code = "\n".join("pass" if n in magics else line for n, line in enumerate(lines))
+    try:
+        with AST_LOCK:
+            tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    rest = [node for node in tree.body if node not in imports]
+    with AST_LOCK:
+        others = {node.id for stmt in rest for node in ast.walk(stmt) if isinstance(node, ast.Name)}
+    wanted = set(needed) | others
+
+    def keeps(node, alias) -> bool:
+        if isinstance(node, ast.ImportFrom) and (node.level or not node.module or alias.name == "*"):
+            return True
+        bound = alias.asname or alias.name.split(".")[0] if isinstance(node, ast.Import) else alias.asname or alias.name
+        top = (alias.name if isinstance(node, ast.Import) else node.module).split(".")[0]
+        return bound not in modules or bound in wanted or top in wanted or (plotting and top in _PLOTTING)
+
+    drop, rewrite, plotting_kept = set(), {}, plotting
+    for node in imports:
+        kept = [alias for alias in node.names if keeps(node, alias)]
+        top = {(a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] for a in kept}
+        plotting_kept |= bool(top & _PLOTTING)
+        if len(kept) < len(node.names):
+            span = range(node.lineno - 1, node.end_lineno)
+            drop.update(span)
+            if kept:
+                slimmer = copy.copy(node)
+                slimmer.names = kept
+                rewrite[node.lineno - 1] = " " * node.col_offset + ast.unparse(slimmer)
+    if not plotting_kept:
+        drop |= magics
+    if not drop:
+        return None
+    return "\n".join(rewrite.get(n, line) for n, line in enumerate(lines) if n not in drop or n in rewrite)
 
 
 _CALLS_ARGUMENTS = "calls its arguments"
