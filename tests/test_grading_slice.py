@@ -3,9 +3,9 @@
 Without a kernel: what the dependency analysis keeps and drops on small notebooks (names read, changed through a
 method, an alias, a notebook function or a callable passed on; state outside the names; opaque cells), the attacks a
 learner can make through the exercise cells (hide a check cell, change what the checks run on, reach a dropped name
-dynamically), and the kernel started while the notebook is prepared. With kernels: one submission of every notebook
-whose exercises are in turn correct, stubs and wrong, graded sliced and in full with the same secret seed: the same
-verdicts and messages. (The fixture submissions of test_grader.py, whose expected verdicts were set by full runs, are
+dynamically), the kernel started while the notebook is prepared, and a dead kernel seen at once. With kernels: one
+submission of every notebook whose exercises are in turn correct, stubs and wrong, graded sliced and in full with the
+same secret seed: the same verdicts and messages. (The fixture submissions of test_grader.py, whose expected verdicts were set by full runs, are
 graded sliced there, as every grading now is.)
 """
 
@@ -324,3 +324,29 @@ for _nb in NOTEBOOKS:
         f"TestSlicedAndFullAgree{_nb[:2]}", (), {
             "test_correct_stub_and_wrong_exercises_get_the_same_verdicts": (
                 lambda self, tmp_path, monkeypatch, _n=_nb: _agree(_n, tmp_path, monkeypatch))})
+
+
+# --- a dead kernel is seen at once ---------------------------------------------------------------------------------
+
+
+def test_a_wait_for_a_kernel_message_ends_when_the_kernel_dies_and_not_before():
+    from queue import Empty
+
+    class Kernel:
+        alive_until = 0.0
+
+        def is_alive(self):
+            return time.monotonic() < self.alive_until
+
+        def get_message(self, stream, timeout=None):
+            time.sleep(timeout or 0)
+            raise Empty
+
+    wait = nbval_hooks._while_alive(Kernel.get_message, poll=0.02)
+    dead, alive = Kernel(), Kernel()
+    alive.alive_until = time.monotonic() + 60
+    for kernel, least, most in ((dead, 0.0, 0.5), (alive, 0.3, 5.0)):
+        start = time.monotonic()
+        with pytest.raises(Empty):
+            wait(kernel, "shell", timeout=0.3)
+        assert least <= time.monotonic() - start < most, "a dead kernel: at once; a live one: the whole timeout"

@@ -133,6 +133,26 @@ def pytest_configure(config):
             early = kernel.launch_early(grading, Path(grading["notebook"]))
         _wait_for(Path(grading["notebook"]), float(grading.get("notebook_wait", 120)))
     nbval.kernel.start_new_kernel = _kernel_starter(grading, early)
+    nbval.kernel.RunningKernel.get_message = _while_alive(nbval.kernel.RunningKernel.get_message)
+
+
+def _while_alive(get_message, poll: float = 0.1):
+    """nbval's wait for a kernel message, cut short when the kernel has died: nbval waits out the cell's timeout,
+    then as long again for output, before it sees that a dead kernel will never answer (13 s lost per grading whose
+    kernel exits, crashes or is killed)."""
+    from queue import Empty
+
+    def wait(self, stream, timeout=None):
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = poll if give_up is None else min(poll, max(0.0, give_up - time.monotonic()))
+            try:
+                return get_message(self, stream, timeout=left)
+            except Empty:
+                if not self.is_alive() or (give_up is not None and time.monotonic() >= give_up):
+                    raise
+
+    return wait
 
 
 def _wait_for(path: Path, seconds: float) -> None:
