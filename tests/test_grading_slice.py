@@ -142,6 +142,7 @@ def test_plotting_imports_and_the_magic_stay_when_a_kept_cell_plots():
     "import numpy as np\nnp = np",  # bound otherwise too: a variable
     "from . import x",
     "if True:\n    %matplotlib inline\nimport numpy as np",
+    "import numpy as np; import warnings",  # two statements on one line
 ])
 def test_a_cell_the_slimming_cannot_read_plainly_is_run_as_it_is(cell):
     slim = {}
