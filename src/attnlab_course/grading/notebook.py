@@ -87,10 +87,11 @@ def slice_notebook(nb):
     keep, why = slice_cells([cell.source for cell in nb.cells], own, slim)
     sliced = copy.copy(nb)
     sliced.cells = []
-    for i, (cell, kept) in enumerate(zip(nb.cells, keep)):
-        if kept and i in slim and not cell.get("outputs"):  # an import cell shows nothing: nbval compares nothing
+    for i, cell in enumerate(nb.cells):
+        if not keep[i]:
+            continue
+        if i in slim and not cell.get("outputs"):  # an import cell shows nothing: nbval compares nothing
             cell = copy.copy(cell)
             cell.source = slim[i]
-        if kept:
-            sliced.cells.append(cell)
+        sliced.cells.append(cell)
     return sliced, why

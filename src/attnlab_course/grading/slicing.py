@@ -459,18 +459,23 @@ def _binding(facts: CellFacts, targets: set, value, known: dict, names: set) -> 
     facts.bindings.append((targets, _value_names(value) & names, effects, visitor.calls - set(known)))
 
 
+def _import_binding(node, alias) -> tuple[str, str] | None:
+    """The name one alias of an import binds, and the dotted module (or module member) it names; None for a relative
+    or star import."""
+    if isinstance(node, ast.Import):
+        top = alias.name.split(".")[0]
+        return (alias.asname, alias.name) if alias.asname else (top, top)
+    if node.module and not node.level and alias.name != "*":
+        return alias.asname or alias.name, f"{node.module}.{alias.name}"
+    return None
+
+
 def imported_modules(tree) -> dict[str, str]:
     """Names bound by the imports of ``tree``, and the dotted module (or module member) each names."""
     found = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                found[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else \
-                    alias.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                if alias.name != "*":
-                    found[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(b for b in (_import_binding(node, alias) for alias in node.names) if b is not None)
     return found
 
 
@@ -619,22 +624,22 @@ def slim_imports(source: str, needed: set, plotting: bool, modules: dict) -> str
         return None
     imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     rest = [node for node in tree.body if node not in imports]
-    with AST_LOCK:
-        others = {node.id for stmt in rest for node in ast.walk(stmt) if isinstance(node, ast.Name)}
-    wanted = set(needed) | others
+    wanted = set(needed) | {node.id for stmt in rest for node in ast.walk(stmt) if isinstance(node, ast.Name)}
+
+    def top(node, alias) -> str:
+        return (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
 
     def keeps(node, alias) -> bool:
-        if isinstance(node, ast.ImportFrom) and (node.level or not node.module or alias.name == "*"):
+        binding = _import_binding(node, alias)
+        if binding is None:  # relative or star: kept
             return True
-        bound = alias.asname or alias.name.split(".")[0] if isinstance(node, ast.Import) else alias.asname or alias.name
-        top = (alias.name if isinstance(node, ast.Import) else node.module).split(".")[0]
-        return bound not in modules or bound in wanted or top in wanted or (plotting and top in _PLOTTING)
+        bound, package = binding[0], top(node, alias)
+        return bound not in modules or bound in wanted or package in wanted or (plotting and package in _PLOTTING)
 
     drop, rewrite, plotting_kept = set(), {}, plotting
     for node in imports:
         kept = [alias for alias in node.names if keeps(node, alias)]
-        top = {(a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] for a in kept}
-        plotting_kept |= bool(top & _PLOTTING)
+        plotting_kept |= any(top(node, alias) in _PLOTTING for alias in kept)
         if len(kept) < len(node.names):
             span = range(node.lineno - 1, node.end_lineno)
             drop.update(span)
