@@ -48,21 +48,27 @@ _STATE_JS = """() => {
 }"""
 
 
-def _open_and_run(page, base_url: str, relpath: str) -> dict:
-    page.goto(f"{base_url}/lab/tree/{relpath}?reset", wait_until="domcontentloaded")  # ?reset: no restored tabs
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                           "&& window.jupyterapp.shell.currentWidget.sessionContext "
-                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session "
-                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel "
-                           "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                           timeout=RUN_TIMEOUT_MS)
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_timeout(500)  # let the first cell start
+def _open_and_run(page, relpath: str) -> dict:
+    """Open ``relpath`` in the JupyterLab of ``page`` (the only notebook open), wait for its kernel, run all."""
+    page.evaluate("async path => { await window.jupyterapp.commands.execute('docmanager:open',"
+                  " {path, factory: 'Notebook'}); }", relpath)
+    page.wait_for_function("path => { const w = window.jupyterapp.shell.currentWidget;"
+                           " return w && w.context && w.context.path === path && w.sessionContext"
+                           " && w.sessionContext.session && w.sessionContext.session.kernel"
+                           " && w.sessionContext.session.kernel.status === 'idle'; }",
+                           arg=relpath, timeout=RUN_TIMEOUT_MS)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")  # resolves when all ran
     page.wait_for_function(f"() => {{ const s = ({_STATE_JS})(); "
                            "return s && s.kernel === 'idle' && s.pending === 0 && s.busy === 0; }",
                            timeout=RUN_TIMEOUT_MS, polling=250)
     page.wait_for_timeout(500)  # let the last outputs render
     return page.evaluate(f"({_STATE_JS})()")
+
+
+def _close(page) -> None:
+    """Shut the notebook's kernel down and close its panel, without asking: the next test opens its own."""
+    page.evaluate("""async () => { const w = window.jupyterapp.shell.currentWidget;
+      if (!w) return; if (w.sessionContext) await w.sessionContext.shutdown(); w.dispose(); }""")
 
 
 def _full_screenshot(page, path) -> None:
@@ -72,7 +78,7 @@ def _full_screenshot(page, path) -> None:
     original = page.viewport_size
     page.set_viewport_size({"width": original["width"], "height": min(max(height + 200, original["height"]), 30_000)})
     page.wait_for_timeout(300)
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), type="jpeg", quality=85)  # a PNG this tall took 2.4-3.7 s to encode
     page.set_viewport_size(original)
 
 
@@ -120,23 +126,23 @@ LEARNER_NOTEBOOKS = [n for n in NOTEBOOKS if n not in MEASURED_NOTEBOOKS and n.s
 
 
 @pytest.mark.parametrize("relpath", MEASURED_NOTEBOOKS)
-def test_notebook_runs_in_jupyterlab(relpath, lab, page, timings):
-    run_and_check(relpath, lab, page, timings)
+def test_notebook_runs_in_jupyterlab(relpath, lab_page, timings):
+    run_and_check(relpath, lab_page, timings)
 
 
-def run_and_check(relpath, lab, page, timings):
+def run_and_check(relpath, page, timings):
     """Open ``relpath`` in JupyterLab, run all, check what a learner sees and drive every explorer."""
-    state = _open_and_run(page, lab, relpath)
     try:
+        state = _open_and_run(page, relpath)
         _check_notebook(page, relpath, state, timings)
-    finally:  # free the kernel for the next notebook
-        page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    finally:  # free the kernel and the page for the next notebook
+        _close(page)
 
 
 def _check_notebook(page, relpath, state, timings):
     shots = ARTIFACTS / "screenshots"
     stem = relpath.replace("/", "__").removesuffix(".ipynb")
-    _full_screenshot(page, shots / f"{stem}.png")
+    _full_screenshot(page, shots / f"{stem}.jpg")
 
     assert state["errors"] == [], f"{relpath}: error outputs after Run all: {state['errors']}"
     text = page.locator(PANEL).inner_text()

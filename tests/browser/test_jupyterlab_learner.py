@@ -15,5 +15,5 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.mark.parametrize("relpath", LEARNER_NOTEBOOKS)
-def test_learner_notebook_runs_in_jupyterlab(relpath, lab, page, timings):
-    run_and_check(relpath, lab, page, timings)
+def test_learner_notebook_runs_in_jupyterlab(relpath, lab_page, timings):
+    run_and_check(relpath, lab_page, timings)
