@@ -11,7 +11,7 @@ import pytest
 
 from attnlab import causal_mask, softmax
 from attnlab import plot
-from attnlab.widgets import CSS_CLASS, explorer
+from attnlab.widgets import CSS_CLASS, PICTURE_STYLE, explorer
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -353,16 +353,33 @@ def test_an_explorer_carries_its_text_alternative_written_or_derived(recorder):
         explorer(recorder, n=(1, 10, 1), alt="a plot")
 
 
-def test_the_live_picture_of_an_explorer_says_what_it_shows_now(recorder, monkeypatch):
+def test_the_live_picture_of_an_explorer_says_what_it_shows_now(recorder):
+    ex = explorer(recorder, n=(1, 10, 1), alt=lambda n: f"A small empty figure titled n={n}, one per step.")
+    ex.update(n=6)
+    png = base64.b64encode(ex._last).decode("ascii")
+    assert ex.picture.value == (f'<img style="{PICTURE_STYLE}" src="data:image/png;base64,{png}" '
+                                'alt="A small empty figure titled n=6, one per step.">')
+
+
+def test_a_step_replaces_the_picture_and_displays_nothing_new(recorder, monkeypatch):
+    """The picture is shown once, as a widget, and each step only replaces its value: one message to the frontend,
+    which does not re-render the explorer's output area (nor send it back to the kernel, which sends it back again).
+    After a draw that fails (the traceback replaces the picture), the next picture is shown again."""
     import IPython.display
 
     shown = []
-    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append((a, k)))
-    ex = explorer(recorder, n=(1, 10, 1), alt=lambda n: f"A small empty figure titled n={n}, one per step.")
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append(a[0]))
+    ex = explorer(recorder, n=(1, 10, 1), alt="A small empty figure, one per step of n.")
+    assert shown[-1] is ex.picture and ex._last is not None
+    first, count = ex.picture.value, len(shown)
     ex.update(n=6)
-    (data,), kwargs = shown[-1]
-    assert kwargs["raw"] is True and kwargs["metadata"]["image/png"]["alt"] == data["text/plain"]
-    assert data["text/plain"] == "A small empty figure titled n=6, one per step." and 'alt="A small' in data["text/html"]
+    assert len(shown) == count and ex.picture.value != first
+    recorder.calls.clear()
+    monkeypatch.setattr(ex, "draw", lambda **values: 1 / 0)
+    ex.update(n=7)  # ipywidgets shows the error inside the widget
+    monkeypatch.setattr(ex, "draw", recorder)
+    ex.update(n=8)
+    assert shown[-1] is ex.picture and recorder.calls[-1]["n"] == 8
 
 
 def test_every_control_of_an_explorer_has_a_name(recorder):
@@ -384,7 +401,8 @@ def test_an_explorer_with_sliders_names_their_handles_beside_each_picture(record
     ex = explorer(recorder, n=(1, 10, 1), alt="A small empty figure, one per step of n.")
     ex.update(n=6)
     scripts = [d for d in shown if isinstance(d, dict) and "application/javascript" in d]
-    assert scripts == [{"application/javascript": NAME_SLIDERS_JS}] * 2, "one script per picture, and no text"
+    assert scripts == [{"application/javascript": NAME_SLIDERS_JS}], "one script with the picture, and no text"
+    assert shown[-1] is ex.picture
     assert "aria-label" in NAME_SLIDERS_JS and ".attnlab-explorer" in NAME_SLIDERS_JS
     shown.clear()
     explorer(recorder, n=[3, 4, 5], alt="A small empty figure, one per choice of n.")

@@ -11,6 +11,12 @@ carries it: in an HTML ``<img alt>``, in the PNG's metadata and as plain text. W
 first line of ``draw``'s docstring and the control values, and marked so (``attnlab.alt_derived``): a test of the
 notebooks asks for a written one.
 
+The live picture is an ``ipywidgets.HTML`` (``Explorer.picture``: an ``<img>`` with its ``alt``), shown once in the
+widget's output; a step only replaces its value. That is one message to the frontend, which swaps one image. Displaying
+each picture anew into the output instead (what ``interactive`` does) made JupyterLab re-render the output area, send
+the new picture back to the kernel as the output widget's state, and receive it once more as the kernel's echo: about
+100 ms of every step, measured in the browser, more than most pictures take to draw.
+
 A slider step should feel immediate, and re-plotting a whole figure can take most of a second. So ``draw`` may keep its
 figure: if it has an argument named ``view``, it gets the same namespace on every call, with ``view.fig`` ``None`` the
 first time. It builds the figure and its artists then, keeps them on ``view``, and on later calls only updates them
@@ -29,6 +35,7 @@ import io
 import types
 
 CSS_CLASS = "attnlab-explorer"
+PICTURE_STYLE = "max-width: 100%; height: auto"
 # Live pictures are drawn at the static picture's resolution: a 14-inch figure is then 1008 px wide, about a notebook
 # column, instead of 1400 px that the browser scales down anyway; half the pixels to draw, encode, send and decode.
 LIVE_DPI = 72
@@ -200,6 +207,7 @@ class Explorer:
         self._canvas = _LiveCanvas()
         self._held, self._last, self._last_values = False, None, None
         self._has_sliders = False
+        self.picture = None
         try:
             import ipywidgets
         except ImportError:
@@ -224,6 +232,9 @@ class Explorer:
                 control.tooltip = control.description
         # every slider view of ipywidgets (int, float, log, range, selection) is a noUiSlider
         self._has_sliders = any(getattr(c, "_view_name", "").endswith("SliderView") for c in made.values())
+        # the picture: an HTML widget whose value is replaced at each step (see _show)
+        self.picture = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%", margin="0"))
+        self._picture_shown = False
         self.widget = ipywidgets.interactive(self._show, **made)
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)
@@ -254,27 +265,38 @@ class Explorer:
     def _show(self, **values):
         from IPython.display import display
 
-        if self._has_sliders:  # no text/plain: a frontend that runs no scripts shows nothing
-            display({"application/javascript": NAME_SLIDERS_JS}, raw=True)
         if self._held and self._last is not None:
-            data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), self._last_values)
-            display(data, raw=True, metadata=metadata)
             return  # the picture stays as it is while controls are held
-        result = self._call(values, self.view)
+        try:
+            result = self._call(values, self.view)
+        except BaseException:
+            self._picture_shown = False  # the widget shows the traceback instead of the picture
+            raise
         if not _is_figure(result):
+            self._picture_shown = False
             display(result)
             return
         import matplotlib.pyplot as plt
 
         plt.close(result)  # shown inside the explorer only, not again at the end of the cell
         if self.live and result is not self.view.fig:
+            self._picture_shown = False
             raise ValueError("a draw with a view must build view.fig once and return it, got another figure")
         # rendered here rather than by IPython: one draw (no tight-bbox pass), partial when the figure persists
         canvas = self._canvas if self.live else _LiveCanvas()
         self._last = canvas.png(result)
         self._last_values = dict(values)
-        data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
-        display(data, raw=True, metadata=metadata)
+        data, _ = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
+        if self.picture is None:
+            display(data, raw=True)
+            return
+        # as wide as the output at most, like a picture in an output area (a wider one would make it scroll)
+        self.picture.value = data["text/html"].replace("<img ", f'<img style="{PICTURE_STYLE}" ', 1)
+        if not self._picture_shown:
+            if self._has_sliders:  # no text/plain: a frontend that runs no scripts shows nothing
+                display({"application/javascript": NAME_SLIDERS_JS}, raw=True)
+            display(self.picture)
+            self._picture_shown = True
 
     @contextlib.contextmanager
     def hold(self):
