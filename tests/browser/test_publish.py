@@ -225,6 +225,8 @@ def test_site_works_offline_every_page_reachable_every_link_resolves(published, 
             math[name] = page.locator("mjx-container svg").count()
         if page.locator("script[type='application/vnd.jupyter.widget-state+json']").count():
             page.wait_for_selector(".widget-output img", timeout=30_000)  # explorers show their stored state
+            shown = page.locator(".widget-output").all_inner_texts()
+            assert not any("JavaScript output" in text for text in shown), f"{name}: an explorer shows {shown}"
         if name in ("index.html", "02_masks.html", "instructor-guide.html"):
             page.screenshot(path=str(SHOTS / f"site__{name.removesuffix('.html')}.png"))
             page.emulate_media(color_scheme="dark")

@@ -226,7 +226,19 @@ def _site_notebook(item: CourseNotebook):
     nb.cells = cells
     for n, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{n}"
+    _drop_stored_scripts(nb)
     return nb
+
+
+def _drop_stored_scripts(nb) -> None:
+    """Leave the scripts out of the explorers' stored outputs (widget state): the one an explorer shows beside its
+    picture names its slider handles in JupyterLab, which this page's own script does here, and a static page shows
+    a script output as "JavaScript output is disabled"."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    for model in state.values():
+        outputs = model.get("state", {}).get("outputs")
+        if model.get("model_name") == "OutputModel" and outputs:
+            model["state"]["outputs"] = [o for o in outputs if "application/javascript" not in o.get("data", {})]
 
 
 def build_site(out: Path, root: Path = ROOT, cache: Path | None = None) -> dict:
