@@ -31,8 +31,10 @@ import os
 import pathlib
 import functools
 import platform
+import re
 import subprocess
 import sys
+from xml.etree import ElementTree
 
 import pytest
 
@@ -59,6 +61,7 @@ KERNEL_FLAGS = {
     "SkylakeX": {"avx512f", "avx512bw", "avx512dq", "avx512vl"},
     "Nehalem": {"sse4_2", "ssse3"},
 }
+ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*m")  # nbval's colours, as the JUnit report writes them
 ONE_CORE = "one core"  # not a variable of the child's environment: the child is pinned to one core instead
 AVX512_DISPATCH = ("X86_V4", "AVX512F", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL", "AVX512_ICL", "AVX512_SPR")
 
@@ -174,12 +177,14 @@ def test_every_configuration_runs_or_says_why_not(name):
 
 class NotebookRun:
     """The solution notebooks under nbval, under one run's configurations (a class per run, so that xdist's
-    ``--dist loadscope`` sends the runs to different workers)."""
+    ``--dist loadscope`` sends the runs to different workers). A run is one pytest process over every notebook (a
+    process per notebook cost 8 x 2 s of start-up and probing per run); each notebook's test reports its own cells."""
 
     run = ""
 
-    @pytest.mark.parametrize("notebook", NOTEBOOKS)
-    def test_notebook_outputs_hold_under_other_cpu_configurations(self, notebook):
+    @pytest.fixture(scope="class")
+    def outcome(self, tmp_path_factory) -> dict[str, list[str]]:
+        """The run's failures by notebook, each a line per failing cell with nbval's diff (empty: all held)."""
         env, used, left_out = plan(self.run)
         if not used:
             pytest.skip(f"{self.run}: no configuration can run on this machine ({'; '.join(left_out)})")
@@ -192,13 +197,28 @@ class NotebookRun:
         if "NPY_DISABLE_CPU_FEATURES" in env:
             assert not set(env["NPY_DISABLE_CPU_FEATURES"].split()) & set(seen["found"]), seen
 
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", notebook]
+        report = tmp_path_factory.mktemp(self.run) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", f"--junitxml={report}", *NOTEBOOKS]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env},
-                                preexec_fn=one_core if pinned else None, timeout=900)
+                                preexec_fn=one_core if pinned else None, timeout=1800)
         forced = ", ".join([f"{k}={v}" for k, v in env.items()] + (["one core"] if pinned else []))
-        assert result.returncode == 0, (
-            f"{notebook} under {', '.join(used)} ({forced}): outputs differ from the stored ones.\n"
-            f"{result.stdout[-6000:]}\n{result.stderr[-2000:]}")
+        assert report.exists(), f"{self.run} ({forced}) did not run:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
+        failures: dict[str, list[str]] = {notebook: [] for notebook in NOTEBOOKS}
+        ran = set()
+        for case in ElementTree.parse(report).getroot().iter("testcase"):
+            path = case.get("file") or case.get("classname", "").replace(".", "/").replace("/ipynb", ".ipynb")
+            notebook = next((n for n in NOTEBOOKS if path.endswith(n) or n.endswith(path)), path)
+            ran.add(notebook)
+            for problem in [*case.iter("failure"), *case.iter("error")]:
+                text = ANSI.sub("", f"{(problem.get('message') or '')[:300]}\n{(problem.text or '')[-3000:]}")
+                failures.setdefault(notebook, []).append(f"{case.get('name')}: {text}")
+        for notebook in set(NOTEBOOKS) - ran:
+            failures[notebook].append(f"not run; pytest said:\n{result.stdout[-3000:]}")
+        return {n: [f"under {', '.join(used)} ({forced}): {line}" for line in lines] for n, lines in failures.items()}
+
+    @pytest.mark.parametrize("notebook", NOTEBOOKS)
+    def test_notebook_outputs_hold_under_other_cpu_configurations(self, notebook, outcome):
+        assert not outcome[notebook], f"{notebook}: outputs differ from the stored ones.\n" + "\n".join(outcome[notebook])
 
 
 class TestRunA(NotebookRun):
