@@ -13,7 +13,10 @@ The tests import the reference implementation as ``import oracle`` and the input
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -89,3 +92,22 @@ def self_check_and_grading_agree(request, monkeypatch):
     monkeypatch.setattr(request.module, "check", parity_check)
     monkeypatch.setattr(helpers, "check", parity_check)
     yield
+
+
+_SESSION_START = time.time()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The explorers' update times that the browser tests of this session measured (``tests/browser/conftest.py``
+    writes them to the timings file; under pytest-xdist its workers do, and this summary is the controller's)."""
+    path = Path(os.environ.get("ATTNLAB_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
+    path = path / "explorer_timings.json"
+    measured = {name: t for name, t in (json.loads(path.read_text()) if path.exists() else {}).items()
+                if t.get("measured_at", 0) >= _SESSION_START}
+    if not measured:
+        return
+    terminalreporter.section("explorer update times (release of a control to the new picture)")
+    for name, t in sorted(measured.items()):
+        terminalreporter.write_line(f"{name}: median {1000 * t['median_seconds']:.0f} ms, "
+                                    f"max {1000 * t['max_seconds']:.0f} ms over {len(t['steps_seconds'])} steps "
+                                    f"({t['action']})")

@@ -30,7 +30,7 @@ ARTIFACTS = pathlib.Path(os.environ.get("ATTNLAB_ARTIFACTS", ROOT / "artifacts")
 CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SOURCE = pathlib.Path(os.environ.get("ATTNLAB_BROWSER_NOTEBOOKS", ROOT / "notebooks")).resolve()
 NOTEBOOKS = sorted(str(p.relative_to(SOURCE)) for p in SOURCE.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-MEASURED: dict[str, dict] = {}  # explorer -> its update times, filled by the tests
+MEASURED: dict[str, dict] = {}  # explorer -> its update times, filled by the tests; summed up by tests/conftest.py
 
 SETTINGS = {
     # attach every cell to the page, so that what the test checks is what a learner scrolling down would see
@@ -135,18 +135,10 @@ def timings():
     """Explorer update times, written to artifacts/explorer_timings.json when the session ends."""
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
     yield MEASURED
+    for entry in MEASURED.values():
+        entry["measured_at"] = time.time()
     path = ARTIFACTS / "explorer_timings.json"
     with open(ARTIFACTS / ".explorer_timings.lock", "w") as lock:  # two workers may finish at once
         fcntl.flock(lock, fcntl.LOCK_EX)
         previous = json.loads(path.read_text()) if path.exists() else {}
         path.write_text(json.dumps({**previous, **MEASURED}, indent=2, sort_keys=True) + "\n")
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not MEASURED:
-        return
-    terminalreporter.section("explorer update times (release of a control to the new picture)")
-    for name, t in sorted(MEASURED.items()):
-        terminalreporter.write_line(f"{name}: median {1000 * t['median_seconds']:.0f} ms, "
-                                    f"max {1000 * t['max_seconds']:.0f} ms over {len(t['steps_seconds'])} steps "
-                                    f"({t['action']})")
