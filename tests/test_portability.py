@@ -183,11 +183,12 @@ class NotebookRun:
     run = ""
 
     @pytest.fixture(scope="class")
-    def outcome(self, tmp_path_factory) -> dict[str, list[str]]:
+    @classmethod
+    def outcome(cls, tmp_path_factory) -> dict[str, list[str]]:
         """The run's failures by notebook, each a line per failing cell with nbval's diff (empty: all held)."""
-        env, used, left_out = plan(self.run)
+        env, used, left_out = plan(cls.run)
         if not used:
-            pytest.skip(f"{self.run}: no configuration can run on this machine ({'; '.join(left_out)})")
+            pytest.skip(f"{cls.run}: no configuration can run on this machine ({'; '.join(left_out)})")
         pinned = env.pop(ONE_CORE, None) is not None
 
         # Every forced configuration must have taken effect, or the run would prove nothing.
@@ -197,12 +198,12 @@ class NotebookRun:
         if "NPY_DISABLE_CPU_FEATURES" in env:
             assert not set(env["NPY_DISABLE_CPU_FEATURES"].split()) & set(seen["found"]), seen
 
-        report = tmp_path_factory.mktemp(self.run) / "junit.xml"
+        report = tmp_path_factory.mktemp(cls.run) / "junit.xml"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", f"--junitxml={report}", *NOTEBOOKS]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **env},
                                 preexec_fn=one_core if pinned else None, timeout=1800)
         forced = ", ".join([f"{k}={v}" for k, v in env.items()] + (["one core"] if pinned else []))
-        assert report.exists(), f"{self.run} ({forced}) did not run:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
+        assert report.exists(), f"{cls.run} ({forced}) did not run:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
         failures: dict[str, list[str]] = {notebook: [] for notebook in NOTEBOOKS}
         ran = set()
         for case in ElementTree.parse(report).getroot().iter("testcase"):
