@@ -286,9 +286,9 @@ class Explorer:
         canvas = self._canvas if self.live else _LiveCanvas()
         self._last = canvas.png(result)
         self._last_values = dict(values)
-        data, _ = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
-        if self.picture is None:
-            display(data, raw=True)
+        data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
+        if self.picture is None:  # no ipywidgets (only a direct call gets here): the picture as an output
+            display(data, raw=True, metadata=metadata)
             return
         # as wide as the output at most, like a picture in an output area (a wider one would make it scroll)
         self.picture.value = data["text/html"].replace("<img ", f'<img style="{PICTURE_STYLE}" ', 1)
