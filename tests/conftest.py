@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -100,10 +99,10 @@ _SESSION_START = time.time()
 def pytest_terminal_summary(terminalreporter):
     """The explorers' update times that the browser tests of this session measured (``tests/browser/conftest.py``
     writes them to the timings file; under pytest-xdist its workers do, and this summary is the controller's)."""
-    path = Path(os.environ.get("ATTNLAB_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
-    path = path / "explorer_timings.json"
-    measured = {name: t for name, t in (json.loads(path.read_text()) if path.exists() else {}).items()
-                if t.get("measured_at", 0) >= _SESSION_START}
+    from helpers import EXPLORER_TIMINGS
+
+    stored = json.loads(EXPLORER_TIMINGS.read_text()) if EXPLORER_TIMINGS.exists() else {}
+    measured = {name: t for name, t in stored.items() if t.get("measured_at", 0) >= _SESSION_START}
     if not measured:
         return
     terminalreporter.section("explorer update times (release of a control to the new picture)")

@@ -3,6 +3,7 @@ unit tests."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,10 @@ import pytest
 from hypothesis import strategies as st
 
 from attnlab.exercises import ExerciseFailed, check
+
+# where the browser tests leave screenshots and timings (git ignores it); ATTNLAB_ARTIFACTS names another folder
+ARTIFACTS = Path(os.environ.get("ATTNLAB_ARTIFACTS", Path(__file__).resolve().parents[1] / "artifacts"))
+EXPLORER_TIMINGS = ARTIFACTS / "explorer_timings.json"  # written by tests/browser/conftest.py, summed up by conftest.py
 
 
 def make_qkv(*, batch=(), H=2, Hkv=None, T=5, S=None, D=4, Dv=None, seed=0, dtype=np.float64):

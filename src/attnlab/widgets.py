@@ -207,7 +207,7 @@ class Explorer:
         self._canvas = _LiveCanvas()
         self._held, self._last, self._last_values = False, None, None
         self._has_sliders = False
-        self.picture = None
+        self.picture, self._picture_shown = None, False  # the picture widget, and whether the output shows it
         try:
             import ipywidgets
         except ImportError:
@@ -234,7 +234,6 @@ class Explorer:
         self._has_sliders = any(getattr(c, "_view_name", "").endswith("SliderView") for c in made.values())
         # the picture: an HTML widget whose value is replaced at each step (see _show)
         self.picture = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%", margin="0"))
-        self._picture_shown = False
         self.widget = ipywidgets.interactive(self._show, **made)
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)

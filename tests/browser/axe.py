@@ -28,11 +28,9 @@ def available(cache: Path = CACHE) -> bool:
     return shutil.which("npm") is not None or any(cache.glob(f"*-{assets.AXE.version}.tgz"))
 
 
-def audit(page, cache: Path = CACHE, within: str | None = None, *, only: str | None = None,
-          leave_out: tuple[str, ...] = ()) -> list[dict]:
+def audit(page, cache: Path = CACHE, within: str | None = None, *, only: str | None = None) -> list[dict]:
     """The WCAG 2.1 A/AA violations on ``page`` as it is now (only inside the elements that match the CSS selector
-    ``within``, if given): ``{"id", "impact", "nodes": [target, ...], "help"}``. ``only`` runs that one rule,
-    ``leave_out`` runs every rule but those (the caller runs them otherwise: see :func:`audit_schemes`)."""
+    ``within``, if given): ``{"id", "impact", "nodes": [target, ...], "help"}``. ``only`` runs that one rule."""
     if not page.evaluate("() => !!window.axe"):
         page.add_script_tag(content=source(cache))
     run = {"type": "rule", "values": [only]} if only else {"type": "tag", "values": TAGS}
@@ -43,7 +41,7 @@ def audit(page, cache: Path = CACHE, within: str | None = None, *, only: str | N
               nodes: v.nodes.map(n => n.target.join(' ') + (n.failureSummary ? ' :: ' + n.failureSummary.split('\\n')
                   .slice(1, 2).join('').slice(0, 160) : ''))})))""",
         [within, {"runOnly": run,
-         "rules": {rule: {"enabled": False} for rule in (*SKIPPED, *leave_out)},
+         "rules": {rule: {"enabled": False} for rule in SKIPPED},
          "resultTypes": ["violations"],
          # no CSSOM preload: it fetches every stylesheet again by XMLHttpRequest, which file:// pages refuse (a console
          # error the suite counts); only css-orientation-lock needs it, and no page here locks its orientation

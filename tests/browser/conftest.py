@@ -24,9 +24,9 @@ import time
 import urllib.request
 
 import pytest
+from helpers import ARTIFACTS, EXPLORER_TIMINGS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARTIFACTS = pathlib.Path(os.environ.get("ATTNLAB_ARTIFACTS", ROOT / "artifacts"))
 CHROMIUM = pathlib.Path(os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium"))
 SOURCE = pathlib.Path(os.environ.get("ATTNLAB_BROWSER_NOTEBOOKS", ROOT / "notebooks")).resolve()
 NOTEBOOKS = sorted(str(p.relative_to(SOURCE)) for p in SOURCE.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
@@ -137,8 +137,7 @@ def timings():
     yield MEASURED
     for entry in MEASURED.values():
         entry["measured_at"] = time.time()
-    path = ARTIFACTS / "explorer_timings.json"
     with open(ARTIFACTS / ".explorer_timings.lock", "w") as lock:  # two workers may finish at once
         fcntl.flock(lock, fcntl.LOCK_EX)
-        previous = json.loads(path.read_text()) if path.exists() else {}
-        path.write_text(json.dumps({**previous, **MEASURED}, indent=2, sort_keys=True) + "\n")
+        previous = json.loads(EXPLORER_TIMINGS.read_text()) if EXPLORER_TIMINGS.exists() else {}
+        EXPLORER_TIMINGS.write_text(json.dumps({**previous, **MEASURED}, indent=2, sort_keys=True) + "\n")
