@@ -77,6 +77,25 @@ def test_a_cell_that_may_change_what_the_exercise_reads_is_kept(change):
     assert change in _kept([DATA, change, FIGURE], uses)
 
 
+@pytest.mark.parametrize("own_cells", [
+    ["def helper(x):\n    return x * scale", "scale = 2"],  # a global a function reads, bound after its definition
+    ["def helper(x):\n    return inner(x)", "def inner(x):\n    return x * scale", "scale = 2"],  # ... through a call
+    ["from math import sqrt\ndef helper(x):\n    return sqrt(x)", "sqrt = abs"],  # an import rebound later
+    ["def draw(x):\n    return x * scale", "helper = lambda x: draw(x)", "scale = 2"],  # an object made with it
+])
+def test_what_a_function_reads_when_it_runs_is_kept_up_to_the_cell_that_calls_it(own_cells):
+    assert _kept([DATA, *own_cells, FIGURE], "def answer(x):\n    return helper(x)") == own_cells
+
+
+def test_a_learner_who_rebinds_check_does_not_make_the_check_cells_need_the_setup():
+    rebinds = 'def answer(x):\n    return x\n\n\ncheck = lambda *a: print("Exercise 9.1: passed")'
+    assert _kept([DATA, FIGURE, EXPLORER, TIMING], rebinds,
+                 check='from attnlab.exercises import check\ncheck("9.1", answer)') == []
+    reads_later = "def answer(x):\n    return x"
+    assert _kept([DATA], reads_later, check="import numpy as np\ncheck = lambda: q\ncheck()") == [DATA], \
+        "a name read after a statement that is not an import still reads the earlier cells"
+
+
 @pytest.mark.parametrize("change", [
     'warnings.simplefilter("error")', 'np.seterr(all="raise")', "np.random.seed(1)", "np.set_printoptions(3)",
     'import os\nos.environ["OPENBLAS_NUM_THREADS"] = "1"', "import somewhere_unknown",

@@ -392,6 +392,7 @@ def analyse(source: str, modules: tuple = ()) -> CellFacts:
         return facts
     known = dict(modules) | imported_modules(tree)
     facts.reads, facts.binds, names = _scope_globals(table)
+    facts.reads -= _imported_first(tree)
     names |= set(known)
     facts.binds |= {t for node in ast.walk(tree) if isinstance(node, ast.Delete) for tg in node.targets
                     for t in _target_names(tg) if isinstance(tg, ast.Name)}
@@ -412,21 +413,37 @@ def analyse(source: str, modules: tuple = ()) -> CellFacts:
     if visitor.called_locals:
         facts.effects.add("calls its arguments")  # resolved at the call sites: see _resolve
     for node in tree.body:
-        _bindings(node, facts, known, names)
+        _bindings(node, facts, known, names, set(dict(modules)))
     for walrus in (n for n in ast.walk(tree) if isinstance(n, ast.NamedExpr)):
         _binding(facts, {walrus.target.id}, walrus.value, known, names)
     return facts
 
 
-def _bindings(node, facts: CellFacts, known: dict, names: set) -> None:
-    """The alias bindings and function bodies of one top-level statement (and of statements nested in it)."""
+def _imported_first(tree) -> set:
+    """Names the cell imports in its leading imports and reads only after them, at its top level (not in a function
+    or lambda, which runs later, when a later cell may have rebound the name): those reads see the cell's own import,
+    not an earlier cell. A check cell begins ``from attnlab.exercises import check``: a learner who rebinds ``check``
+    does not make every check cell read the notebook's first cell."""
+    leading = set()
+    for node in tree.body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            break
+        leading |= {b[0] for b in (_import_binding(node, alias) for alias in node.names) if b is not None}
+    later = {n.id for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+             for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return leading - later
+
+
+def _bindings(node, facts: CellFacts, known: dict, names: set, imports_only: set) -> None:
+    """The alias bindings and function bodies of one top-level statement (and of statements nested in it).
+    ``imports_only``: the names the notebook binds by imports alone (a function's reads leave out only those)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         visitor = _Visitor(known, names, _with_items(node))
         for part in node.body:
             visitor.visit(part)
         own = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         effects = set(visitor.effects) | ({"calls its arguments"} if visitor.called_locals else set())
-        reads = (_value_names(node) & names) - set(known)
+        reads = (_value_names(node) & names) - imports_only
         mutates = visitor.mutates - set(known) | (reads if visitor.local_mutation else set())
         facts.functions[node.name] = (mutates, own & facts.binds, effects, visitor.calls - set(known), reads)
         for deco in getattr(node, "decorator_list", []):  # a decorator may wrap the function in anything
@@ -447,7 +464,7 @@ def _bindings(node, facts: CellFacts, known: dict, names: set) -> None:
         _binding(facts, targets & names, value, known, names)
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.stmt):
-            _bindings(child, facts, known, names)
+            _bindings(child, facts, known, names, imports_only)
 
 
 def _binding(facts: CellFacts, targets: set, value, known: dict, names: set) -> None:
@@ -588,7 +605,9 @@ def slice_cells(sources: list[str], own: list[bool], slim: dict | None = None) -
             if f.opaque:
                 return ([True] * (i + 1) + keep[i + 1:], {**why, **{j: f"before the opaque cell {i}"
                                                                     for j in range(i) if own[j]}})
-            needed |= aliases.classes((f.reads | f.mutates | f.calls) & bound - set(modules))
+            used = f.reads | f.mutates | f.calls
+            used |= _reads_when_called(used, functions, origins)
+            needed |= aliases.classes(used & bound - set(modules))
             needed |= {name for name in f.reads if name in modules}  # re-imported or not, its import must run
             world |= f.world_reads | ({PLOT} if f.reads & plotting else set())
     return keep, why
@@ -655,6 +674,24 @@ def slim_imports(source: str, needed: set, plotting: bool, modules: dict) -> str
 
 
 _CALLS_ARGUMENTS = "calls its arguments"
+
+
+def _reads_when_called(names: set, functions: dict, origins: dict) -> set:
+    """The global names read by the notebook functions a cell may call through ``names``: the functions it names,
+    those its objects were made with (``interactive(draw)``), and the functions those call. A function reads a global
+    when it runs, so a cell that binds that name between the function's definition and this cell is needed here."""
+    reads, seen, todo = set(), set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in functions:
+            _, _, _, calls, body_reads = functions[name]
+            reads |= body_reads
+            todo += list(calls | body_reads)
+        todo += [item for item in origins.get(name, ()) if item in functions]
+    return reads
 
 
 def _resolve(f: CellFacts, functions: dict, origins: dict, aliases: _Aliases, modules: dict,
