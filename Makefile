@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NB     ?=
 
-.PHONY: help install lab test unit notebooks learner check bench slides site guide release clean
+.PHONY: help install bytecode lab test unit notebooks learner check bench slides site guide release clean
 
 help:
 	@echo "make lab        open the course in JupyterLab"
@@ -32,16 +32,22 @@ $(STAMP): requirements.lock pyproject.toml course/pyproject.toml course/setup.py
 
 install: $(STAMP)
 
-lab: install
+# The bytecode of this repository's own packages (pip compiles what it installs, not an editable source tree): with
+# PYTHONDONTWRITEBYTECODE set, every kernel and grading process would compile attnlab again (0.2 s each). Only what
+# changed is compiled again.
+bytecode: install
+	@$(BIN)/python -m compileall -q src >/dev/null
+
+lab: install bytecode
 	$(BIN)/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: install
+test: install bytecode
 	$(BIN)/python -m pytest -n auto --dist loadscope
 
-unit: install
+unit: install bytecode
 	$(BIN)/python -m pytest -n auto --dist loadscope src tests --ignore=tests/browser
 
-check: install
+check: install bytecode
 	@test -n "$(NB)" || { echo "usage: make check NB=notebooks/02_masks.ipynb"; exit 2; }
 	$(BIN)/attnlab-check "$(NB)"
 
@@ -56,7 +62,7 @@ learner: install
 	$(BIN)/python -m attnlab_course.publish guide
 	$(BIN)/python -m attnlab_course.release
 
-bench: install
+bench: install bytecode
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/grading.py $(if $(GRADING_BASELINE),--baseline $(GRADING_BASELINE))
 

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/grading.py [--quick] [--baseline DIR|REV] [--class-size N]
 
 A class is 30 submissions of notebook 02 built from the test fixtures: 5 correct, 5 untouched, 5 with an infinite
-loop, and 15 with assorted mistakes; graded with `attnlab-check --batch --jobs <cores>` in the sandbox, at the
+loop, and 15 with assorted mistakes; graded with `attnlab-check --batch` (its default --jobs) in the sandbox, at the
 default timeout. The targets (issue 23): at most 2 s per sandboxed submission of 02, 3 s for 05 and 07, 45 s for the
 class, on 2 cores.
 

@@ -78,14 +78,14 @@ def _knock(folder: Path, stop: threading.Event, seen: dict) -> None:
     try:
         while not stop.is_set() and len(seen["stranger"]) < 6:
             for proc in Path("/proc").iterdir():
-                try:
-                    argv = (proc / "cmdline").read_bytes().split(b"\0")
+                try:  # a grading's pytest process (started cold or forked warm) works in its trusted folder
+                    cwd = Path(os.readlink(proc / "cwd"))
+                    is_pytest = b"pytest" in (proc / "cmdline").read_bytes()
                 except OSError:
                     continue
-                config = [a for a in argv if a.startswith(b"--attnlab-grading=" + str(folder).encode())]
-                if not config or not any(b"pytest" in a for a in argv):
+                if not (is_pytest and cwd.name == "trusted" and cwd.is_relative_to(folder)):
                     continue
-                address = str(Path(config[0].split(b"=", 1)[1].decode()).parents[1] / "run" / "check.sock")
+                address = str(cwd.parent / "run" / "check.sock")
                 if not os.path.exists(f"/proc/{proc.name}/root{address}"):
                     continue  # not listening yet
                 for where in (address, f"/proc/{proc.name}/root{address}"):

@@ -26,7 +26,8 @@ import importlib
 # importing the command line, the reports and the runner there would delay the kernel's start by a quarter second.
 _HOMES = {"main": "cli", "format_report": "report", "format_summary": "report", "write_csv": "report",
           "DEFAULT_TIMEOUT": "runner", "STATUSES": "runner", "Report": "runner", "Result": "runner",
-          "available_cores": "runner", "grade": "runner", "grade_many": "runner", "SubmissionError": "submission"}
+          "available_cores": "runner", "default_jobs": "runner", "grade": "runner", "grade_many": "runner",
+          "SubmissionError": "submission"}
 
 
 def __getattr__(name: str):
@@ -35,5 +36,5 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "format_report",
-           "format_summary", "grade", "grade_many", "main", "write_csv"]
+__all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "default_jobs",
+           "format_report", "format_summary", "grade", "grade_many", "main", "write_csv"]

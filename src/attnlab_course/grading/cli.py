@@ -17,7 +17,7 @@ from .exports import ExportError
 from .outputs import Outputs, write_all
 from .points import ConfigError, Roster, Scheme, load_roster, load_scheme
 from .report import format_report, format_summary, refuse_unsafe_output
-from .runner import DEFAULT_TIMEOUT, available_cores
+from .runner import DEFAULT_TIMEOUT, default_jobs
 
 
 def _add_output_options(parser) -> None:
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds each exercise cell and check may run (default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--jobs", type=int, default=None, help="with --batch: submissions graded at once "
-                                                               "(default: the available cores)")
+                                                               "(default: one more than the available cores)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="run learner code without the sandbox, with your privileges (trusted work only)")
     parser.add_argument("--all-cells", action="store_true",
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     if shard != (1, 1):
         paths = [p for p in paths if results.shard_of(p.name, shard[1]) == shard[0]]
         print(f"Shard {shard[0]}/{shard[1]}: {len(paths)} of the {folder_size} files in {args.batch}.")
-    jobs = args.jobs or available_cores()
+    jobs = args.jobs or default_jobs()
     no_cgroup = None if args.no_sandbox else isolation.cgroup_unavailable_reason()
     if no_cgroup:
         limits = runner.LIMITS

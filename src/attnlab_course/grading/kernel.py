@@ -1,10 +1,10 @@
 """The learner's kernel of one grading, started by the grading's pytest process (:mod:`.nbval_hooks` hands it to
 nbval): in its sandbox when the grading asks for one (:mod:`.sandbox`), over Unix sockets in the sandbox's folder.
 
-The first kernel is launched before pytest is even imported: the grading's entry point
-(:data:`.runner.PYTEST_MAIN`) calls :func:`start_early` first, so the kernel boots while pytest, nbval and the hooks
-load and while the runner still builds the notebook (half a second of a two-second grading). This module imports
-only the standard library until it launches; jupyter_client then. Later kernels (nbval's restart after a crash) are
+The first kernel is launched before pytest starts: the grading's pytest process (forked warm by :mod:`.warm`, or
+started cold by :data:`.runner.PYTEST_MAIN`) calls :func:`start_early` first, so the kernel boots while pytest
+configures itself and the hooks and while the runner still builds the notebook. This module imports only the
+standard library until it launches; jupyter_client then. Later kernels (nbval's restart after a crash) are
 launched by :func:`launch` when asked for.
 """
 

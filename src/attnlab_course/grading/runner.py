@@ -8,10 +8,10 @@ in parallel, each in its own processes and sandbox. One grading:
 2. draws the grading's secret seed, from which the checks draw their inputs, and a random token per exercise;
 3. runs ``pytest --nbval`` (strict) in a process of its own, under a hard wall-clock deadline (:func:`run_nbval`),
    with the learner's kernel in a bubblewrap sandbox (:mod:`.sandbox`) and, as root, a uid and a cgroup of its own
-   on the host (:mod:`.isolation`). That process launches the kernel first, before pytest loads (:mod:`.kernel`),
-   while this one builds the notebook it runs (:mod:`.notebook`): the solution's cells with the learner's exercise
-   cells, less the notebook's own cells that no exercise needs and the imports that nothing kept reads
-   (:mod:`.slicing`);
+   on the host (:mod:`.isolation`). That process is forked from a server that has imported pytest, nbval and the
+   rest once (:mod:`.warm`); it launches the kernel first (:mod:`.kernel`), while this one builds the notebook it
+   runs (:mod:`.notebook`): the solution's cells with the learner's exercise cells, less the notebook's own cells
+   that no exercise needs and the imports that nothing kept reads (:mod:`.slicing`);
 4. takes each exercise's verdict from that process's record (:mod:`.record`): the trusted side
    (:mod:`.nbval_hooks`, :mod:`.trusted`) settled it there as a :class:`~attnlab.exercises._protocol.Verdict`.
    This module never works a verdict out from what nbval printed. It adds a verdict only for what the trusted
@@ -28,7 +28,6 @@ import contextlib
 import functools
 import json
 import os
-import resource
 import secrets
 import signal
 import subprocess
@@ -45,12 +44,12 @@ from attnlab.exercises._protocol import STATUSES, Verdict
 
 from ..authoring import FormatError, find_exercises
 from ..paths import solutions_dir as default_solutions_dir
-from . import isolation, record, sandbox
+from . import isolation, record, sandbox, warm
 from .notebook import graded_name, grading_notebook, slice_notebook, strip_nbval_markers
 from .submission import SubmissionError, find_solution, learner_exercise_cells, read_submission
 
-__all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "grade",
-           "grade_many", "run_nbval"]
+__all__ = ["DEFAULT_TIMEOUT", "STATUSES", "Report", "Result", "SubmissionError", "available_cores", "default_jobs",
+           "grade", "grade_many", "run_nbval"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds each exercise cell and check may run
 SETUP_TIMEOUT = 120.0  # seconds each of the notebook's own cells may run
@@ -60,7 +59,7 @@ LIMITS = sandbox.Limits()  # of every sandboxed grading (per process, and per gr
 
 Result = Verdict  # the one verdict type of the protocol: an exercise, a status of STATUSES, the learner's message
 
-# pytest for one grading, started without rfc3987_syntax. nbformat imports jsonschema, which imports that package when
+# pytest for one grading, started cold (where the system cannot fork: see .warm), without rfc3987_syntax. nbformat imports jsonschema, which imports that package when
 # it is installed (jupyter's dependencies install it) and builds a parser for IRIs at import: 3 s of CPU in every
 # grading process, for a format check nbformat's validation never makes. Without it jsonschema skips that check, as it
 # does wherever the package is absent.
@@ -109,10 +108,6 @@ class Run:
 def deadline_for(n_exercises: int, timeout: float, setup_timeout: float) -> float:
     """Seconds one nbval run of a notebook may take in all: the notebook's own cells, then each exercise's two cells."""
     return min(setup_timeout, 60.0) + 30.0 + n_exercises * 2 * (timeout + 5)
-
-
-def _limit_grader_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (GRADER_MEMORY, GRADER_MEMORY))
 
 
 @contextlib.contextmanager
@@ -168,13 +163,10 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
             f"--attnlab-grading={trusted_dir / 'grading.json'}",
             "-q", "--no-header", "-p", "no:warnings", str(notebook),
         ]
-        if uid is not None:  # as root: the runtime folder becomes a private tmpfs
-            command = [sys.executable, "-I", "-S", sandbox.__file__, "--private-runtime",
-                       str(trusted_dir / "sandbox.json"), "--", *command]
         started = time.monotonic()
-        proc = subprocess.Popen(command, cwd=trusted_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", start_new_session=True,
-                                preexec_fn=_limit_grader_memory if sys.platform.startswith("linux") else None)
+        log_file = trusted_dir / "pytest.log"
+        proc = _start_pytest(command, env=env, cwd=trusted_dir, log=log_file,
+                             private_runtime=str(trusted_dir / "sandbox.json") if uid is not None else "")
         deadline_hit = False
         try:
             nb = nb() if callable(nb) else nb  # while pytest starts, and starts the kernel
@@ -182,21 +174,71 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
             nbformat.write(nb, partial)
             os.replace(partial, notebook)  # the hooks wait for this name: the notebook appears complete
             limit = deadline or (setup_timeout + 60 + len(nb.cells) * (timeout + 10))
-            log, _ = proc.communicate(timeout=max(0.0, limit - (time.monotonic() - started)))
+            if proc.wait(timeout=max(0.0, limit - (time.monotonic() - started))) is None:
+                deadline_hit = True
         except subprocess.TimeoutExpired:
             deadline_hit = True
-            _kill(proc)
-            log, _ = proc.communicate()
         finally:
-            if proc.poll() is None:
-                _kill(proc)
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
             host.end()  # whatever the submission left running, signals ignored or not: its cgroup, its uid
+        log = _tail(log_file)
         lines = record_file.read_text(encoding="utf-8", errors="replace").splitlines() if record_file.exists() else []
         found = record.read(lines)
         if not found.cells and not found.broken and not deadline_hit:
             tail = "\n".join(log.strip().splitlines()[-15:])
             raise RuntimeError(f"nbval did not run (pytest exit status {proc.returncode}):\n{tail}")
         return Run(found, deadline_hit, proc.returncode, log)
+
+
+LOG_TAIL = 64 * 1024  # bytes of the end of pytest's output kept in a Run
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _start_pytest(command: list[str], *, env: dict, cwd: Path, log: Path, private_runtime: str):
+    """The grading's pytest process, running ``command`` (``python -c PYTEST_MAIN ARGS...``) in a session of its
+    own, with at most :data:`GRADER_MEMORY` of address space and its output in ``log``: forked from the runner's warm
+    server (:mod:`.warm`) where the system can fork, else started cold. Returns an object with ``pid``,
+    ``returncode``, ``wait(timeout)`` (the status, or None while it runs) and ``kill()`` (its whole session).
+    ``private_runtime``: as root, the sandbox configuration whose runtime folder becomes a private tmpfs first."""
+    if warm.available:
+        server_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ATTNLAB_CHECK"))}
+        server_env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS threads in a process that forks
+        return warm.Server.get(server_env).start(command[3:], env=env, cwd=str(cwd), log=str(log),
+                                                 memory=GRADER_MEMORY, private_runtime=private_runtime)
+    return _Cold(command, env=env, cwd=cwd, log=log)
+
+
+class _Cold:
+    """pytest started as a new process (no ``os.fork``: Windows), with the interface of :class:`.warm.Child`."""
+
+    def __init__(self, command: list[str], *, env: dict, cwd: Path, log: Path):
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self.proc.pid
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+    def wait(self, timeout=None):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        _kill(self.proc)
 
 
 def _kill(proc) -> None:
@@ -331,9 +373,16 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def default_jobs() -> int:
+    """Submissions a batch grades at once unless told: one more than the cores. A grading keeps about one core busy
+    but waits at times, on its kernel's start and on messages between its processes; one more grading fills those
+    gaps (a class of 30 of notebook 02 on 2 cores: 44-46 s two at a time, 40-42 s three at a time)."""
+    return available_cores() + 1
+
+
 def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs: int | None = None,
                progress: bool = True, use_sandbox: bool = False, sliced: bool = True) -> list[Report]:
-    """Grade many submissions in parallel (``jobs`` at once, default: the available cores), in input order.
+    """Grade many submissions in parallel (``jobs`` at once, default: :func:`default_jobs`), in input order.
 
     Each submission is graded by processes of its own (pytest + its sandboxed kernel), under a hard deadline; a
     submission that hangs, floods output, exhausts memory or kills its kernel only fills its own row.
@@ -341,7 +390,7 @@ def grade_many(paths, solutions_dir=None, timeout: float = DEFAULT_TIMEOUT, jobs
     from tqdm import tqdm
 
     paths = [Path(p) for p in paths]
-    jobs = max(1, jobs or available_cores())
+    jobs = max(1, jobs or default_jobs())
 
     def one(path):
         return grade(path, solutions_dir, timeout, use_sandbox=use_sandbox, sliced=sliced)

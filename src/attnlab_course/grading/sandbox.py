@@ -15,12 +15,11 @@ for that uid with bind mounts in a private mount namespace, gives the kernel one
 inode limit for its ``/tmp``, home and ``/dev/shm``, then drops to that uid and starts bubblewrap. Without root, each
 of those three is a tmpfs of bubblewrap with a size limit only.
 
-The same script also starts the grader's trusted pytest process of a grading run as root
-(``--private-runtime``): in a mount namespace of its own, the sandbox's runtime folder becomes a tmpfs with a size
-and an inode limit, mode 0700 and owned by the sandbox's uid, so that neither the host disk nor other users see it.
+The grader's trusted pytest process of a grading run as root first enters a mount namespace of its own
+(:func:`enter_private_runtime`), where the sandbox's runtime folder becomes a tmpfs with a size and an inode limit,
+mode 0700 and owned by the sandbox's uid, so that neither the host disk nor other users see it.
 
-    python -I -S sandbox.py CONFIG.json -- COMMAND...                      # the kernel command nbval runs
-    python -I -S sandbox.py --private-runtime CONFIG.json -- COMMAND...    # the grader's pytest, as root
+    python -I -S sandbox.py CONFIG.json -- COMMAND...     # the kernel command nbval runs
 """
 
 from __future__ import annotations
@@ -149,17 +148,27 @@ def _python_paths() -> tuple[str, ...]:
 
 
 def hidden_paths(read_only: list[str]) -> list[str]:
-    """The course tooling, hidden from the kernel wherever it lies inside a folder the kernel sees.
+    """The course tooling and the debugger, hidden from the kernel wherever they lie inside a folder it sees: each is
+    replaced by an empty folder.
 
     Installed from the ``attnlab-course`` wheel, the package ``attnlab_course`` (the grader, and the solution
-    notebooks the wheel ships) sits in site-packages beside ``attnlab``, and the kernel sees site-packages: it is
-    replaced by an empty folder. Run from a checkout, it sits in ``src/``, of which the kernel sees only ``attnlab``:
-    there is nothing to hide.
+    notebooks the wheel ships) sits in site-packages beside ``attnlab``, and the kernel sees site-packages. Run from
+    a checkout, it sits in ``src/``, of which the kernel sees only ``attnlab``: there is nothing to hide.
+
+    ``debugpy``, which ipykernel imports at start when it can, to serve a debugger no grading uses: a quarter of the
+    kernel's start (0.25 s of CPU in every grading), and code that attaches to processes. Without it ipykernel starts
+    without its debugger, as it does wherever debugpy is not installed.
     """
+    import importlib.util
+
     from attnlab_course import paths
 
-    package = paths.PACKAGE
-    return [str(package)] if any(package.is_relative_to(Path(p).resolve()) for p in read_only) else []
+    packages = [paths.PACKAGE]
+    spec = importlib.util.find_spec("debugpy")  # found, not imported
+    if spec is not None and spec.submodule_search_locations:
+        packages.append(Path(list(spec.submodule_search_locations)[0]).resolve())
+    return [str(package) for package in packages
+            if any(package.is_relative_to(Path(p).resolve()) for p in read_only)]
 
 
 def bwrap_args(config: Config, sources: dict[str, str] | None = None, scratch: str | None = None) -> list[str]:
@@ -182,8 +191,12 @@ def bwrap_args(config: Config, sources: dict[str, str] | None = None, scratch: s
     args += ["--proc", "/proc", "--dev", "/dev", *private("/dev/shm", "shm"), *private(HOME, "home"),
              "--bind", sources.get(config.runtime, config.runtime), config.runtime,
              "--chdir", HOME, "--clearenv"]
+    # as many BLAS and OpenMP threads as CPUs the sandbox may keep busy (its cgroup's quota): more only spin and
+    # take the quota from the learner's own work; a grader's setting of these variables is passed on instead
+    threads = str(max(1, int(config.limits.cpus)))
     env = {"HOME": HOME, "USER": "learner", "LOGNAME": "learner", "PATH": f"{sys.prefix}/bin:/usr/bin:/bin",
-           "PYTHONNOUSERSITE": "1", **{k: os.environ[k] for k in _PASS_ENV if k in os.environ}, **config.env}
+           "PYTHONNOUSERSITE": "1", "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads,
+           "MKL_NUM_THREADS": threads, **{k: os.environ[k] for k in _PASS_ENV if k in os.environ}, **config.env}
     for key, value in env.items():
         args += ["--setenv", key, value]
     return args
@@ -323,9 +336,10 @@ def launch(config: Config, command: list[str]) -> None:
     os.execv(args[0], args)
 
 
-def private_runtime(config: Config, command: list[str]) -> None:
-    """As root: run ``command`` (the grader's pytest) in a mount namespace of its own, where the runtime folder is
-    a tmpfs with a size and an inode limit, mode 0700, owned by the sandbox's uid and filled from ``runtime_seed``."""
+def enter_private_runtime(config: Config) -> None:
+    """As root, in the grader's pytest process (single-threaded, before it starts anything): a mount namespace of
+    its own, where the runtime folder is a tmpfs with a size and an inode limit, mode 0700, owned by the sandbox's
+    uid and filled from ``runtime_seed``."""
     libc = _libc()
     _check(libc.unshare(_CLONE_NEWNS), "unshare")
     _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
@@ -335,14 +349,10 @@ def private_runtime(config: Config, command: list[str]) -> None:
         shutil.copytree(config.runtime_seed, config.runtime, dirs_exist_ok=True, symlinks=True)
         for path in [Path(config.runtime), *Path(config.runtime).rglob("*")]:
             os.lchown(path, uid, uid)
-    os.execv(command[0], command)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--private-runtime"] and len(argv) >= 4 and argv[2] == "--":
-        private_runtime(Config.read(argv[1]), argv[3:])
-        return 1  # not reached
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -I -S sandbox.py CONFIG.json -- COMMAND...", file=sys.stderr)
         return 2
