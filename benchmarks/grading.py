@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         if r.get("sandbox_unavailable"):
             print(f"{name}: sandbox unavailable: {r['sandbox_unavailable']}")
         if "batch_s" in r:
-            print(f"{name} ({r['tree']}), the class, {r['cores']} at a time:")
+            print(f"{name} ({r['tree']}), the class on {r['cores']} cores:")
             print("\n".join("  " + line for line in r["batch_summary"]))
     out_dir = ROOT / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
