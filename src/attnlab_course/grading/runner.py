@@ -59,10 +59,10 @@ LIMITS = sandbox.Limits()  # of every sandboxed grading (per process, and per gr
 
 Result = Verdict  # the one verdict type of the protocol: an exercise, a status of STATUSES, the learner's message
 
-# pytest for one grading, started cold (where the system cannot fork: see .warm), without rfc3987_syntax. nbformat imports jsonschema, which imports that package when
-# it is installed (jupyter's dependencies install it) and builds a parser for IRIs at import: 3 s of CPU in every
-# grading process, for a format check nbformat's validation never makes. Without it jsonschema skips that check, as it
-# does wherever the package is absent.
+# pytest for one grading, started cold (where the system cannot fork: see .warm), without rfc3987_syntax. nbformat
+# imports jsonschema, which imports that package when it is installed (jupyter's dependencies install it) and builds a
+# parser for IRIs at import: 3 s of CPU in every grading process, for a format check nbformat's validation never makes.
+# Without it jsonschema skips that check, as it does wherever the package is absent.
 # It launches the learner's kernel first, before pytest loads (:func:`.kernel.start_early`).
 PYTEST_MAIN = ("import sys; sys.modules['rfc3987_syntax'] = None; "
                "from attnlab_course.grading import kernel; kernel.start_early(sys.argv); "

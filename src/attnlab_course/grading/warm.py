@@ -98,6 +98,12 @@ def serve() -> None:
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
                     request = json.loads(line)
+                    if "kill" in request:
+                        # only a child not yet reaped: its pid (and its session's id) cannot be anyone else's
+                        pid = next((pid for pid, ident in children.items() if ident == request["kill"]), None)
+                        if pid is not None:
+                            _kill_session(pid)
+                        continue
                     pid = os.fork()
                     if pid == 0:
                         for fd in (requests, replies, wake_r, wake_w):
@@ -108,11 +114,16 @@ def serve() -> None:
             reap()
     finally:
         for pid in children:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _kill_session(pid)
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL a child and its session (pytest, and the kernel launcher it started)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _child(request: dict) -> None:
@@ -166,10 +177,11 @@ def _child(request: dict) -> None:
 class Child:
     """A grading's pytest process forked by the server: its pid, and its exit status once it has ended."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, kill):
         self.pid = pid
         self.returncode: int | None = None
         self._ended = threading.Event()
+        self._kill = kill
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit status, or None if the process is still running after ``timeout`` seconds."""
@@ -177,12 +189,10 @@ class Child:
         return self.returncode
 
     def kill(self) -> None:
-        """SIGKILL the child's session (pytest and the kernel it started); the status follows."""
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        """SIGKILL the child's session (pytest and the kernel it started); the status follows. The server kills it,
+        and only before it has reaped it: a pid that has been reaped may already be another process's."""
+        if self.returncode is None:
+            self._kill()
 
     def _end(self, status: int) -> None:
         self.returncode = status
@@ -221,24 +231,28 @@ class Server:
             self._next += 1
             ident = self._next
             slot = self._waiting[ident] = [threading.Event(), None]
-            request = {"id": ident, "args": args, "env": env, "cwd": cwd, "log": log, "memory": memory,
-                       "private_runtime": private_runtime}
+        self._send({"id": ident, "args": args, "env": env, "cwd": cwd, "log": log, "memory": memory,
+                    "private_runtime": private_runtime})
+        slot[0].wait()
+        if slot[1] is None:
+            raise RuntimeError("the grader's warm process stopped before it started the grading")
+        return slot[1]
+
+    def _send(self, request: dict) -> None:
+        with self._write:
             try:
                 self.proc.stdin.write((json.dumps(request) + "\n").encode())
                 self.proc.stdin.flush()
             except OSError as exc:
                 raise RuntimeError(f"the grader's warm process stopped: {exc}") from None
-        slot[0].wait()
-        if slot[1] is None:
-            raise RuntimeError("the grader's warm process stopped before it started the grading")
-        return slot[1]
 
     def _read(self) -> None:
         for line in self.proc.stdout:
             message = json.loads(line)
             ident = message["id"]
             if "pid" in message:
-                child = self._children[ident] = Child(message["pid"])
+                kill = lambda ident=ident: self._send({"kill": ident})  # noqa: E731
+                child = self._children[ident] = Child(message["pid"], kill)
                 slot = self._waiting.pop(ident)
                 slot[1] = child
                 slot[0].set()
