@@ -20,7 +20,7 @@ import pytest
 
 from attnlab_course.grading import runner, warm
 
-needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="the warm server needs os.fork")
+on_linux = pytest.mark.skipif(not warm.available, reason="the warm server runs on Linux only")
 
 PROBE = '''
 import json, os, resource, sys
@@ -52,7 +52,7 @@ def _start(server, folder: Path, test: str, **kwargs) -> warm.Child:
                         memory=kwargs.get("memory", runner.GRADER_MEMORY))
 
 
-@needs_fork
+@on_linux
 def test_a_child_is_a_fresh_session_with_the_gradings_environment_folder_and_limit(server, tmp_path):
     child = _start(server, tmp_path, PROBE, memory=3 * 2**30)
     assert child.wait(timeout=60) == 0, (tmp_path / "pytest.log").read_text()
@@ -66,7 +66,7 @@ def test_a_child_is_a_fresh_session_with_the_gradings_environment_folder_and_lim
     assert "1 passed" in (tmp_path / "pytest.log").read_text(), "its output is in the log"
 
 
-@needs_fork
+@on_linux
 def test_two_children_are_two_processes_and_exit_statuses_come_back(server, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -76,7 +76,7 @@ def test_two_children_are_two_processes_and_exit_statuses_come_back(server, tmp_
     assert (passing.wait(timeout=60), failing.wait(timeout=60)) == (0, 1)
 
 
-@needs_fork
+@on_linux
 def test_killing_a_child_kills_what_it_started_and_reports_the_signal(server, tmp_path):
     sleeper = ("import subprocess, time\n\ndef test_hang():\n"
                "    proc = subprocess.Popen(['sleep', '300'])\n"
@@ -106,7 +106,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@needs_fork
+@on_linux
 def test_when_the_runner_goes_away_the_server_kills_its_children_and_exits(tmp_path):
     """A runner killed mid-batch: its server sees the pipe close, kills the gradings it forked, and exits."""
     script = ("import json, os, sys, time\nfrom pathlib import Path\nfrom attnlab_course.grading import warm\n"
@@ -133,7 +133,7 @@ def test_when_the_runner_goes_away_the_server_kills_its_children_and_exits(tmp_p
 
 
 def test_where_the_system_cannot_fork_pytest_starts_cold_and_grades_alike(tmp_path, monkeypatch):
-    """The path for systems without ``os.fork`` (Windows, never sandboxed), forced here: the same verdicts."""
+    """The path off Linux (Windows and macOS, never sandboxed), forced here: the same verdicts."""
     import make_submissions
     import nbformat
 

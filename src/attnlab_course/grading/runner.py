@@ -59,7 +59,7 @@ LIMITS = sandbox.Limits()  # of every sandboxed grading (per process, and per gr
 
 Result = Verdict  # the one verdict type of the protocol: an exercise, a status of STATUSES, the learner's message
 
-# pytest for one grading, started cold (where the system cannot fork: see .warm), without rfc3987_syntax. nbformat
+# pytest for one grading, started cold (off Linux: see .warm), without rfc3987_syntax. nbformat
 # imports jsonschema, which imports that package when it is installed (jupyter's dependencies install it) and builds a
 # parser for IRIs at import: 3 s of CPU in every grading process, for a format check nbformat's validation never makes.
 # Without it jsonschema skips that check, as it does wherever the package is absent.
@@ -207,7 +207,7 @@ def _tail(path: Path) -> str:
 def _start_pytest(command: list[str], *, env: dict, cwd: Path, log: Path, private_runtime: str):
     """The grading's pytest process, running ``command`` (``python -c PYTEST_MAIN ARGS...``) in a session of its
     own, with at most :data:`GRADER_MEMORY` of address space and its output in ``log``: forked from the runner's warm
-    server (:mod:`.warm`) where the system can fork, else started cold. Returns an object with ``pid``,
+    server (:mod:`.warm`) on Linux, else started cold. Returns an object with ``pid``,
     ``returncode``, ``wait(timeout)`` (the status, or None while it runs) and ``kill()`` (its whole session).
     ``private_runtime``: as root, the sandbox configuration whose runtime folder becomes a private tmpfs first."""
     if warm.available:
@@ -219,7 +219,8 @@ def _start_pytest(command: list[str], *, env: dict, cwd: Path, log: Path, privat
 
 
 class _Cold:
-    """pytest started as a new process (no ``os.fork``: Windows), with the interface of :class:`.warm.Child`."""
+    """pytest started as a new process (off Linux: see :data:`.warm.available`), with the interface of
+    :class:`.warm.Child`."""
 
     def __init__(self, command: list[str], *, env: dict, cwd: Path, log: Path):
         with open(log, "wb") as out:

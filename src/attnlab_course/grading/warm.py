@@ -14,7 +14,7 @@ closes) the server kills what it forked and exits.
 
 Why not :mod:`multiprocessing`'s forkserver: it imports the caller's ``__main__`` script again in every child, so a
 script calling :func:`.runner.grade_many` without an ``if __name__ == "__main__"`` guard would grade itself
-recursively. Where ``os.fork`` does not exist, the runner starts pytest cold (:data:`available`).
+recursively. Off Linux (no ``os.fork``, or macOS), the runner starts pytest cold (:data:`available`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import subprocess
 import sys
 import threading
 
-available = hasattr(os, "fork")
+# Linux only. macOS has fork, but its system libraries (numpy's Accelerate BLAS among them) are not safe to use in a
+# forked child, which is why Python starts processes there by spawning; the runner starts pytest cold there.
+available = hasattr(os, "fork") and sys.platform.startswith("linux")
 
 # What the server imports before it forks: everything a grading's pytest process imports, and nbformat without
 # rfc3987_syntax (see :data:`.runner.PYTEST_MAIN`).
