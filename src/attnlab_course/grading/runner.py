@@ -137,7 +137,7 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         trusted_dir.mkdir(mode=0o700)
         notebook, record_file, ini = trusted_dir / "submission.ipynb", trusted_dir / "record.jsonl", tmp / "pytest.ini"
         ini.write_text("[pytest]\n")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ATTNLAB_CHECK"))}
+        env = _grader_environ()
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only nbval and our hooks: faster and unaffected by other plugins
         env["IPYTHONDIR"] = str(runtime / "ipython")
         env["MPLCONFIGDIR"] = str(runtime / "mpl")
@@ -155,8 +155,8 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
             box.write(trusted_dir / "sandbox.json")
             config["sandbox_config"] = str(trusted_dir / "sandbox.json")
         (trusted_dir / "grading.json").write_text(json.dumps(config), encoding="utf-8")
-        command = [
-            sys.executable, "-c", PYTEST_MAIN, "-c", str(ini), "--rootdir", str(tmp),
+        args = [
+            "-c", str(ini), "--rootdir", str(tmp),
             "-p", "attnlab_course.grading.nbval_hooks", "-p", "nbval.plugin", "-p", "no:cacheprovider",
             "--nbval", "--nbval-current-env", f"--nbval-cell-timeout={timeout:g}",
             f"--attnlab-setup-timeout={setup_timeout:g}", f"--attnlab-record={record_file}",
@@ -165,7 +165,7 @@ def run_nbval(nb, timeout: float = DEFAULT_TIMEOUT, setup_timeout: float = SETUP
         ]
         started = time.monotonic()
         log_file = trusted_dir / "pytest.log"
-        proc = _start_pytest(command, env=env, cwd=trusted_dir, log=log_file,
+        proc = _start_pytest(args, env=env, cwd=trusted_dir, log=log_file,
                              private_runtime=str(trusted_dir / "sandbox.json") if uid is not None else "")
         deadline_hit = False
         try:
@@ -204,18 +204,23 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _start_pytest(command: list[str], *, env: dict, cwd: Path, log: Path, private_runtime: str):
-    """The grading's pytest process, running ``command`` (``python -c PYTEST_MAIN ARGS...``) in a session of its
-    own, with at most :data:`GRADER_MEMORY` of address space and its output in ``log``: forked from the runner's warm
-    server (:mod:`.warm`) on Linux, else started cold. Returns an object with ``pid``,
-    ``returncode``, ``wait(timeout)`` (the status, or None while it runs) and ``kill()`` (its whole session).
-    ``private_runtime``: as root, the sandbox configuration whose runtime folder becomes a private tmpfs first."""
+def _grader_environ() -> dict[str, str]:
+    """This process's environment less pytest's variables and the check socket's, which belong to one grading."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ATTNLAB_CHECK"))}
+
+
+def _start_pytest(args: list[str], *, env: dict, cwd: Path, log: Path, private_runtime: str):
+    """The grading's pytest process, running pytest with ``args`` in a session of its own, with at most
+    :data:`GRADER_MEMORY` of address space and its output in ``log``: forked from the runner's warm server
+    (:mod:`.warm`) on Linux, else started cold. Returns an object with ``pid``, ``returncode``, ``wait(timeout)`` (the
+    status, or None while it runs) and ``kill()`` (its whole session). ``private_runtime``: as root, the sandbox
+    configuration whose runtime folder becomes a private tmpfs first."""
     if warm.available:
-        server_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ATTNLAB_CHECK"))}
-        server_env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")  # no BLAS threads in a process that forks
-        return warm.Server.get(server_env).start(command[3:], env=env, cwd=str(cwd), log=str(log),
-                                                 memory=GRADER_MEMORY, private_runtime=private_runtime)
-    return _Cold(command, env=env, cwd=cwd, log=log)
+        # no BLAS threads in a process that forks
+        server_env = {**_grader_environ(), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        return warm.Server.get(server_env).start(args, env=env, cwd=str(cwd), log=str(log), memory=GRADER_MEMORY,
+                                                 private_runtime=private_runtime)
+    return _Cold([sys.executable, "-c", PYTEST_MAIN, *args], env=env, cwd=cwd, log=log)
 
 
 class _Cold:
@@ -239,18 +244,14 @@ class _Cold:
             return None
 
     def kill(self) -> None:
-        _kill(self.proc)
-
-
-def _kill(proc) -> None:
-    """Stop pytest and the kernel it started (they share a session on POSIX; the sandbox dies with its parent)."""
-    if hasattr(os, "killpg"):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    else:
-        proc.kill()
+        """Stop pytest and the kernel it started (they share a session on POSIX; the sandbox dies with its parent)."""
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            self.proc.kill()
 
 
 # --- one submission ----------------------------------------------------------------------------------------------

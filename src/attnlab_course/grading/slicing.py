@@ -412,8 +412,9 @@ def analyse(source: str, modules: tuple = ()) -> CellFacts:
             facts.world_reads |= inner.world_reads
     if visitor.called_locals:
         facts.effects.add("calls its arguments")  # resolved at the call sites: see _resolve
+    imports_only = set(dict(modules))
     for node in tree.body:
-        _bindings(node, facts, known, names, set(dict(modules)))
+        _bindings(node, facts, known, names, imports_only)
     for walrus in (n for n in ast.walk(tree) if isinstance(n, ast.NamedExpr)):
         _binding(facts, {walrus.target.id}, walrus.value, known, names)
     return facts

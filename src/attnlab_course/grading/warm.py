@@ -20,6 +20,7 @@ recursively. Off Linux (no ``os.fork``, or macOS), the runner starts pytest cold
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import signal
@@ -253,14 +254,14 @@ class Server:
             message = json.loads(line)
             ident = message["id"]
             if "pid" in message:
-                kill = lambda ident=ident: self._send({"kill": ident})  # noqa: E731
-                child = self._children[ident] = Child(message["pid"], kill)
+                child = self._children[ident] = Child(message["pid"], functools.partial(self._send, {"kill": ident}))
                 slot = self._waiting.pop(ident)
                 slot[1] = child
                 slot[0].set()
             else:
                 self._children.pop(ident)._end(message["status"])
-        # the server stopped: whatever waits is told so (a child it forked may still run: the runner kills it by pid)
+        # the server stopped: whatever waits is told so. A child it forked may still run (the server is never killed
+        # but with its runner); its grading ends as a crash, and host.end() kills the kernel under the grading's uid
         for slot in list(self._waiting.values()):
             slot[0].set()
         for child in list(self._children.values()):
