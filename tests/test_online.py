@@ -30,6 +30,17 @@ from attnlab import (
 from helpers import head_counts, make_qkv, plain_float32_attention, seeds
 
 TOL = dict(rtol=1e-12, atol=1e-12)
+ONLINE = sys.modules["attnlab.online"]
+
+
+@pytest.fixture(scope="module", params=["textbook", "fast"], autouse=True)
+def path(request):
+    """Run every test of this file through the textbook tile loop of ``tiled_attention`` and through its lazy-rescaling
+    fast path, whatever the size (module-scoped, so that hypothesis's examples share it)."""
+    previous = ONLINE.FAST_PATH_MIN_SCORES
+    ONLINE.FAST_PATH_MIN_SCORES = 0 if request.param == "fast" else np.inf
+    yield request.param
+    ONLINE.FAST_PATH_MIN_SCORES = previous
 
 
 # --- online softmax -------------------------------------------------------------------------------------------------
@@ -199,6 +210,45 @@ def test_tiled_float32_error_is_at_most_a_few_times_plain_float32():
     err = np.abs(got.astype(np.float64) - exact).max()
     err_plain = np.abs(plain_float32_attention(q, k, v, mask).astype(np.float64) - exact).max()
     assert err <= 3 * err_plain + 4 * np.finfo(np.float32).eps, (err, err_plain)
+
+
+def scores_that_jump(T, S, Bc, step, seed):
+    """q, k, v of one head whose scores jump by about ``step`` from one key block to the next, more for some rows than
+    for others (negative: they fall), so that the fast path moves some rows' reference maximum and not others."""
+    g = np.random.default_rng(seed)
+    q = np.zeros((1, T, 2))
+    q[0, :, 0] = g.uniform(0.2, 1.5, T)  # how fast each row's scores jump
+    q[0, :, 1] = g.standard_normal(T)
+    k = np.zeros((1, S, 2))
+    k[0, :, 0] = step * (np.arange(S) // Bc) * np.sqrt(2)  # the unit of the scores is 1/sqrt(D)
+    k[0, :, 1] = g.standard_normal(S)
+    return q, k, g.standard_normal((1, S, 3))
+
+
+@pytest.mark.parametrize("step", [-400.0, -10.0, 3.0, 9.0, 30.0, 400.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_scores_that_jump_between_key_blocks(step, causal):
+    """Scores that rise or fall across key blocks by less and more than the fast path's rescaling threshold, and by far
+    more than float32 or float64 can hold as exp (400: e^400 overflows both), with and without the causal mask."""
+    T, S, Bc = 20, 37, 5
+    q, k, v = scores_that_jump(T, S, Bc, step, seed=int(abs(step)))
+    mask = causal_mask(T, S) | (not causal)
+    exact = oracle.attention(q, k, v, mask)
+    s = np.where(mask, q @ np.swapaxes(k, -1, -2) / np.sqrt(2), -np.inf)
+    exact_lse = s.max(axis=-1) + np.log(np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1))
+
+    got, lse = tiled_attention(q, k, v, causal=causal, Br=7, Bc=Bc, return_lse=True)
+    np.testing.assert_allclose(got, exact, **TOL)
+    np.testing.assert_allclose(lse, exact_lse, **TOL)
+    # float32: scores in the thousands carry float32's rounding of the scores themselves, so the bound is the error of
+    # the plain float32 computation, as for the other float32 tests
+    got32, lse32 = tiled_attention(*(a.astype(np.float32) for a in (q, k, v)), causal=causal, Br=7, Bc=Bc,
+                                   return_lse=True)
+    assert np.all(np.isfinite(got32)) and np.all(np.isfinite(lse32))
+    err = np.abs(got32 - exact).max()
+    err_plain = np.abs(plain_float32_attention(q, k, v, mask).astype(np.float64) - exact).max()
+    assert err <= 3 * err_plain + 4 * np.finfo(np.float32).eps, (err, err_plain)
+    np.testing.assert_allclose(lse32, exact_lse, rtol=1e-6, atol=1e-5)
 
 
 def test_tiled_nan_in_a_query_reaches_only_its_row():

@@ -207,3 +207,11 @@ def tile_mask(mask: np.ndarray | None, causal: bool, T: int, S: int, i0: int, i1
         diag = np.arange(j0, j1) <= np.arange(S - T + i0, S - T + i1)[:, None]  # (Br, Bc)
         allowed = diag if allowed is None else allowed & diag
     return allowed
+
+
+def with_ones(x: np.ndarray) -> np.ndarray:
+    """``[x, 1]``: ``x (S, D)`` with a column of ones appended, ``(S, D + 1)``. A matmul with it carries one more
+    column for free: a row sum (``P [V, 1]``) or a per-row offset (``[Q, -c] [K, 1]ᵀ = Q Kᵀ - c``)."""
+    out = np.ones((x.shape[0], x.shape[1] + 1), dtype=x.dtype)
+    out[:, :-1] = x
+    return out

@@ -28,12 +28,14 @@ import numpy as np
 
 from ._checks import compute_dtype, float_array, positive_int
 from ._parallel import MIN_PARALLEL_ELEMENTS, ROW_BLOCK_ELEMENTS, run_blocks, workers
-from ._qkv import QKV, group_query_heads, prepare_qkv, query_blocks, tile_mask
+from ._qkv import QKV, group_query_heads, prepare_qkv, query_blocks, tile_mask, with_ones
 from .attention import attention
 from .softmax import mask_inplace
 
 # From this many scores on (the whole (..., H, T, S) matrix), attention_backward takes the blocked, multi-threaded path.
 FAST_PATH_MIN_SCORES = MIN_PARALLEL_ELEMENTS
+# and tiled_attention_backward folds its two subtractions into its matmuls (see "the fast path" in key_block)
+TILED_FAST_PATH_MIN_SCORES = MIN_PARALLEL_ELEMENTS
 
 
 def softmax_backward(weights, dweights, axis: int = -1) -> np.ndarray:
@@ -214,6 +216,10 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     Memory is the gradients, a pair of tiles per core and, with few heads, a few copies per core of one head's ``dQ``:
     linear in ``S``.
 
+    From ``TILED_FAST_PATH_MIN_SCORES`` scores on, the two subtractions ride in the matmuls on one more column each,
+    ``[Q_i, -L_i] [K_j · scale, 1]ᵀ = S_ij - L_i`` and ``[dO_i, -D_i] [V_j, 1]ᵀ = dP_ij - D_i``, which saves two of the
+    tile's four element-wise passes; the rest is the same.
+
     Examples
     --------
     >>> from attnlab import tiled_attention
@@ -250,17 +256,30 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
         K_js = K_j * dtype.type(scale)  # the scale goes on the (Bc, D) keys once, not on every (Br, D) query block
         dK_j, dV_j = np.zeros((j1 - j0, D), dtype=dtype), np.zeros((j1 - j0, Dv), dtype=dtype)
         tile = np.empty((2, G, min(Br, T), j1 - j0), dtype=dtype)  # the tiles of P_ij and dS_ij, reused
+        if fast:  # the fast path: the two subtractions ride in the matmuls, on one more column each (see the Notes)
+            K1, V1 = with_ones(K_js), with_ones(V_j)  # [K_j · scale, 1], [V_j, 1]
+            Q1 = np.empty((G, min(Br, T), D + 1), dtype=dtype)  # [Q_i, -L_i], filled per query block
+            dO1 = np.empty((G, min(Br, T), Dv + 1), dtype=dtype)  # [dO_i, -D_i]
         for i0, i1 in query_blocks(j0, T, S, Br, causal):
             allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
             if allowed is not None and not allowed.any():  # the forward skipped this tile: it has no gradient
                 continue
             Q_i, dO_i = Qg[idx][:, i0:i1], dOg[idx][:, i0:i1]  # (G, Br, D), (G, Br, Dv)
-            S_ij = np.matmul(Q_i, K_js.T, out=tile[0, :, : i1 - i0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
-            mask_inplace(S_ij, allowed)
-            S_ij -= Lg[idx][:, i0:i1]
-            P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
-            dP_ij = np.matmul(dO_i, V_j.T, out=tile[1, :, : i1 - i0])  # dP_ij = dO_i V_jᵀ  (G, Br, Bc)
-            dP_ij -= Dg[idx][:, i0:i1]  # dP_ij - D_i
+            if fast:
+                n = i1 - i0
+                Q1[:, :n, :D], Q1[:, :n, D:] = Q_i, L_fast[idx][:, i0:i1]
+                dO1[:, :n, :Dv], dO1[:, :n, Dv:] = dO_i, minus_D[idx][:, i0:i1]
+                S_ij = np.matmul(Q1[:, :n], K1.T, out=tile[0, :, :n])  # S_ij - L_i  (G, Br, Bc)
+                mask_inplace(S_ij, allowed)
+                P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
+                dP_ij = np.matmul(dO1[:, :n], V1.T, out=tile[1, :, :n])  # dP_ij - D_i  (G, Br, Bc)
+            else:
+                S_ij = np.matmul(Q_i, K_js.T, out=tile[0, :, : i1 - i0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
+                mask_inplace(S_ij, allowed)
+                S_ij -= Lg[idx][:, i0:i1]
+                P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
+                dP_ij = np.matmul(dO_i, V_j.T, out=tile[1, :, : i1 - i0])  # dP_ij = dO_i V_jᵀ  (G, Br, Bc)
+                dP_ij -= Dg[idx][:, i0:i1]  # dP_ij - D_i
             dS_ij = np.multiply(dP_ij, P_ij, out=dP_ij)  # dS_ij = P_ij ∘ (dP_ij - D_i)
             for g in range(G):  # a key/value head's gradient sums over its G query heads
                 dV_j += P_ij[g].T @ dO_i[g]  # dV_j += P_ijᵀ dO_i  (Bc, Dv)
@@ -272,6 +291,10 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     # Where the paper adds into dQ atomically, a task here owns its dQ: all of one head's key blocks (writing into
     # dq directly) or, when there are too few heads to keep every core busy, every n-th key block of one head (into
     # its own copy of that head's dQ, summed below in a fixed order). Either way dq is the same on every run.
+    fast = p.n_scores >= TILED_FAST_PATH_MIN_SCORES
+    if fast:  # -L_i and -D_i, the extra columns of the fast path; a row with no allowed key gets -(largest float)
+        L_fast = -np.minimum(Lg, np.finfo(dtype).max)  # (..., Hkv, G, T, 1): exp(S - largest) is 0, as exp(S - inf)
+        minus_D = -Dg
     n_key_blocks, elements = -(-S // Bc), p.n_scores
     n_lead = int(np.prod(lead, dtype=np.int64))
     n = 1 if elements < MIN_PARALLEL_ELEMENTS else min(n_key_blocks, -(-4 * workers() // n_lead))  # tasks per head

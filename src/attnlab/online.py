@@ -7,6 +7,10 @@ and a running sum ``l`` of ``exp(x - m)``. When a block raises the maximum, the 
 
 :func:`tiled_attention` returns the output alone unless asked for more; then a :class:`TiledResult`, read by name or
 unpacked in the order of the flags.
+
+Its tile loop is the textbook lines. From ``FAST_PATH_MIN_SCORES`` scores on, each block of query rows goes through
+``_lazy_online_softmax`` (below the line) instead: the same online softmax, with two passes over every tile folded into
+the matmuls and the maximum moved only when it must be.
 """
 
 from __future__ import annotations
@@ -16,9 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import compute_dtype, float_array, positive_int
-from ._parallel import run_blocks
-from ._qkv import group_query_heads, key_blocks, prepare_qkv, tile_mask
+from ._parallel import MIN_PARALLEL_ELEMENTS, run_blocks, workers
+from ._qkv import group_query_heads, key_blocks, prepare_qkv, tile_mask, with_ones
 from .softmax import mask_inplace
+
+# From this many scores on (the whole (..., H, T, S) matrix), tiled_attention takes the lazy-rescaling fast path.
+FAST_PATH_MIN_SCORES = MIN_PARALLEL_ELEMENTS
+# The fast path moves a row's reference maximum only when a tile's maximum passes it by more than this (in the units of
+# the scores): the unnormalised weights then stay at most e^8 ≈ 3000, far from overflow in float32 and float64.
+RESCALE_THRESHOLD = 8.0
 
 
 def online_softmax_stats(x, block_size: int = 2):
@@ -150,6 +160,11 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     key give zeros. Blocks of query rows are independent, so they run on every core (see ``attnlab._parallel``);
     memory is the output plus one tile per core, linear in ``S``.
 
+    From ``FAST_PATH_MIN_SCORES`` scores on, the same loop runs with two of its passes over each tile folded into the
+    matmuls, ``[Q_i, -m] [K_j, 1]ᵀ = S_ij - m`` and ``P_ij [V_j, 1] = [P_ij V_j, rowsum(P_ij)]``, and ``m`` moved only
+    when a tile's maximum passes it by more than ``RESCALE_THRESHOLD`` (``_lazy_online_softmax``). Memory then also
+    holds one key/value head with its column of ones per core.
+
     Examples
     --------
     >>> rng = np.random.default_rng(0)
@@ -173,32 +188,41 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     out = np.empty((*lead, G, T, p.Dv), dtype=dtype)  # (..., Hkv, G, T, Dv)
     lse = np.empty((*lead, G, T, 1), dtype=dtype) if return_lse else None  # (..., Hkv, G, T, 1)
 
-    def row_block(idx, i0, i1):
-        """Rows i0:i1 of the output of one key/value head (and its G query heads)."""
-        Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
-        K, V = k[idx], v[idx]  # (S, D), (S, Dv)
-        m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
-        l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
-        acc = np.zeros((G, i1 - i0, p.Dv), dtype=dtype)  # unnormalised output
-        tile = np.empty((G, i1 - i0, min(Bc, S)), dtype=dtype)  # the one tile of scores, reused for every key block
+    def tiles(idx, i0, i1):
+        """The key blocks ``(j0, j1, allowed)`` that rows i0:i1 of one key/value head visit; fully masked ones skipped."""
         for j0, j1 in key_blocks(i0, i1, S, T, Bc, causal):
             allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
             if allowed is not None and not allowed.any():  # nothing in this tile may be attended
                 continue
             if visited is not None:
                 visited[i0 // Br, j0 // Bc] = True
-            S_ij = np.matmul(Q_i, K[j0:j1].T, out=tile[..., : j1 - j0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
-            mask_inplace(S_ij, allowed)
-            m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
-            m_safe = np.where(np.isneginf(m_new), 0, m_new)  # rows with nothing allowed yet stay at zero
-            S_ij -= m_safe
-            P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - m_new), in place
-            alpha = np.exp(m - m_safe)  # rescales what was accumulated under the old max
-            l *= alpha
-            l += P_ij.sum(axis=-1, keepdims=True)  # l = e^(m - m_new) l + rowsum(P_ij)
-            acc *= alpha
-            acc += P_ij @ V[j0:j1]  # acc = e^(m - m_new) acc + P_ij V_j
-            m = m_new
+            yield j0, j1, allowed
+
+    def row_block(idx, i0, i1, K1=None, V1=None):
+        """Rows i0:i1 of the output of one key/value head (and its G query heads); through the fast path when given
+        that head's keys and values with a column of ones, ``K1 (S, D + 1)`` and ``V1 (S, Dv + 1)``."""
+        Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
+        K, V = k[idx], v[idx]  # (S, D), (S, Dv)
+        if K1 is not None:
+            m, l, acc = _lazy_online_softmax(Q_i, K1, V1, tiles(idx, i0, i1), min(Bc, S))
+        else:
+            m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
+            l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
+            acc = np.zeros((G, i1 - i0, p.Dv), dtype=dtype)  # unnormalised output
+            tile = np.empty((G, i1 - i0, min(Bc, S)), dtype=dtype)  # the one tile of scores, reused for every block
+            for j0, j1, allowed in tiles(idx, i0, i1):
+                S_ij = np.matmul(Q_i, K[j0:j1].T, out=tile[..., : j1 - j0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
+                mask_inplace(S_ij, allowed)
+                m_new = np.maximum(m, S_ij.max(axis=-1, keepdims=True))  # m_new = max(m, rowmax(S_ij))
+                m_safe = np.where(np.isneginf(m_new), 0, m_new)  # rows with nothing allowed yet stay at zero
+                S_ij -= m_safe
+                P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - m_new), in place
+                alpha = np.exp(m - m_safe)  # rescales what was accumulated under the old max
+                l *= alpha
+                l += P_ij.sum(axis=-1, keepdims=True)  # l = e^(m - m_new) l + rowsum(P_ij)
+                acc *= alpha
+                acc += P_ij @ V[j0:j1]  # acc = e^(m - m_new) acc + P_ij V_j
+                m = m_new
         dead = l == 0  # rows with no allowed key
         l[dead] = 1  # 0 / 1 = 0
         out[idx][:, i0:i1] = acc / l  # out_i = acc / l
@@ -207,10 +231,22 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
             np.add(m, np.log(l), out=L)  # L_i = m + log(l)
             L[dead] = -np.inf  # the log of an empty sum
 
-    blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
+    def rows_of_head(idx, c, n):
+        """Row blocks c, c + n, c + 2n, ... of one key/value head through the fast path (interleaved, so that causal
+        work is shared evenly), with one copy of its keys and values with a column of ones for all of them."""
+        K1, V1 = with_ones(k[idx]), with_ones(v[idx])
+        for i0 in range(c * Br, T, n * Br):
+            row_block(idx, i0, min(i0 + Br, T), K1, V1)
+
     # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
     visited = np.zeros((-(-T // Br), -(-S // Bc)), dtype=bool) if return_stats else None
-    run_blocks(row_block, blocks, p.n_scores)  # blocks of query rows are independent: on every core
+    n_row_blocks = -(-T // Br)
+    if p.n_scores < FAST_PATH_MIN_SCORES:
+        blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
+        run_blocks(row_block, blocks, p.n_scores)  # blocks of query rows are independent: on every core
+    else:  # a task per head, or per n-th of a head when there are too few heads to keep every core busy
+        n = min(n_row_blocks, -(-4 * workers() // int(np.prod(lead, dtype=np.int64))))
+        run_blocks(rows_of_head, [(idx, c, n) for idx in np.ndindex(*lead) for c in range(n)], p.n_scores)
 
     out = p.restore(out.reshape(*p.q.shape[:-1], p.Dv).astype(p.q.dtype, copy=False))  # (..., H, T, Dv)
     if not (return_lse or return_stats):
@@ -220,3 +256,63 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         n_tiles, computed = visited.size, int(visited.sum())
         stats = TiledStats(n_tiles, computed, n_tiles - computed, min(Br, T) * min(Bc, S))
     return TiledResult(out, None if lse is None else p.restore(lse.reshape(p.q.shape[:-1])), stats)  # lse (..., H, T)
+
+
+# --- the fast path of tiled_attention -------------------------------------------------------------------------------
+# Besides its two matmuls and its exponentials, the textbook loop makes three passes over every tile: the row maximum,
+# the subtraction of m_new and the row sum. On one core of the development machine (AVX2, float32, a 512 x 1024 tile)
+# they took 0.12, 0.24 and 0.22 ns an element, against 1.36 for the exponentials and about 1.5 for each matmul: an
+# eighth of the tile's time together. The fast path keeps only the row maximum:
+#
+# - The subtraction rides in the first matmul, on one more column: [Q_i · scale, -c] [K_j, 1]ᵀ = S_ij - c.
+# - The row sum rides in the second, on one more column of ones: P_ij [V_j, 1] = [P_ij V_j, rowsum(P_ij)].
+# - c, the reference the exponentials are taken against, is a row's maximum as it was when last moved, not the running
+#   maximum: it moves (and rescales that row's sums) only when a tile's maximum passes it by more than
+#   RESCALE_THRESHOLD. FlashAttention-4 does the same on GPUs ("updates are applied only when the maximum has changed
+#   enough to impact numerical stability", Modal's write-up of its kernel, September 2025). After a row's first tile
+#   this is rare, so almost every tile rescales nothing and needs no per-row exponentials at all.
+#
+# The result is the same sum, rescaled differently: out = acc / l is unchanged in exact arithmetic and L = c + log(l)
+# as before. Every weight stays at most e^RESCALE_THRESHOLD, and the largest weight of a row is at least 1 (it was 1
+# when c last moved), so l never underflows to look like a row with no allowed key.
+
+
+def _lazy_online_softmax(Q_i, K1, V1, tiles, Bc: int):
+    """The online softmax of one block of query rows ``Q_i (G, Br, D)`` (already scaled) over the key tiles ``(j0, j1,
+    allowed)`` of ``K1 = [K, 1] (S, D + 1)`` and ``V1 = [V, 1] (S, Dv + 1)``: ``c, l, acc`` with ``out = acc / l`` and
+    ``L = c + log(l)``, as the textbook loop's ``m, l, acc``. A row that saw no allowed key has ``l = 0``."""
+    G, n, D = Q_i.shape
+    Dv = V1.shape[-1] - 1
+    dtype = Q_i.dtype
+    Qc = np.empty((G, n, D + 1), dtype=dtype)  # [Q_i, -c]
+    Qc[..., :D] = Q_i
+    Qc[..., D] = 0
+    minus_c = Qc[..., D:]  # (G, Br, 1), a view: moving c changes the next matmul
+    acc = np.zeros((G, n, Dv + 1), dtype=dtype)  # [unnormalised output, l]
+    tile = np.empty((G, n, Bc), dtype=dtype)
+    seen = np.zeros((G, n, 1), dtype=bool)  # rows that have met an allowed key (and so have a c)
+    all_seen = False
+    for j0, j1, allowed in tiles:
+        S_c = np.matmul(Qc, K1[j0:j1].T, out=tile[..., : j1 - j0])  # S_ij - c  (G, Br, Bc)
+        mask_inplace(S_c, allowed)
+        top = S_c.max(axis=-1, keepdims=True)  # rowmax(S_ij) - c
+        move = top > RESCALE_THRESHOLD
+        if not all_seen:
+            move |= ~seen & (top > -np.inf)  # a row's first allowed scores set its c
+            seen |= move
+            all_seen = bool(seen.all())
+        # c += top on the rows that move; their sums so far shrink by e^-top (a row met for the first time has none:
+        # its factor is capped at 1, so that e^-top cannot overflow on scores far below zero)
+        if move.all():
+            S_c -= top
+            acc *= np.exp(np.minimum(-top, 0))
+            minus_c -= top
+        elif move.any():
+            g, r, _ = np.nonzero(move)
+            shift = top[g, r]  # (rows, 1)
+            S_c[g, r] -= shift
+            acc[g, r] *= np.exp(np.minimum(-shift, 0))
+            minus_c[g, r] -= shift
+        P_c = np.exp(S_c, out=S_c)  # exp(S_ij - c), at most e^RESCALE_THRESHOLD
+        acc += P_c @ V1[j0:j1]  # [acc, l] += [P V_j, rowsum(P)]
+    return -minus_c, acc[..., Dv:], acc[..., :Dv]
