@@ -216,6 +216,75 @@ def test_a_live_explorer_shows_the_same_picture_as_a_fresh_figure(close_figures)
         "blitted steps give the picture a full draw gives"
 
 
+def _texts_figure(plt, colour="black"):
+    """A figure with every kind of text a live explorer redraws: tick labels, a title, a rotated axis label, a
+    two-line annotation and math text."""
+    fig, ax = plt.subplots(figsize=(3, 2), dpi=72)
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("weights = softmax(q·k)", color=colour)
+    ax.set_ylabel("query position i")
+    ax.text(0.3, 0.5, "0.25\n(+1.50)", color=colour)
+    ax.text(0.6, 0.2, r"$\sqrt{d_k}$", color=colour)
+    return fig
+
+
+def _draw_with_text_cache(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from attnlab.widgets import _TextCache
+
+    canvas = FigureCanvasAgg(fig)
+    cache = _TextCache(canvas.get_renderer())
+    cache.install()
+    canvas.draw()
+    return canvas, cache
+
+
+def test_the_live_text_cache_draws_a_string_from_memory_as_it_drew_it_first(close_figures):
+    fig = _texts_figure(close_figures)
+    canvas, cache = _draw_with_text_cache(fig)
+    first = np.array(canvas.buffer_rgba())
+    assert cache.strings, "the plain strings were recorded"
+    recorded = dict(cache.strings)
+    canvas.draw()  # every plain string now comes from the cache
+    assert cache.strings.keys() == recorded.keys()
+    assert np.array_equal(np.array(canvas.buffer_rgba()), first)
+    assert first[..., :3].min() < 64, "text was drawn at all"
+
+
+def test_the_live_text_cache_draws_in_the_colour_of_the_moment(close_figures):
+    fig = _texts_figure(close_figures)
+    canvas, _ = _draw_with_text_cache(fig)  # recorded in black
+    for text in fig.axes[0].texts + [fig.axes[0].title]:
+        text.set_color("tab:red")
+    canvas.draw()
+    red_from_memory = np.array(canvas.buffer_rgba())
+    fresh, _ = _draw_with_text_cache(_texts_figure(close_figures, colour="tab:red"))  # recorded in red
+    assert np.array_equal(red_from_memory, np.array(fresh.buffer_rgba()))
+
+
+def test_the_live_text_cache_moves_a_string_by_whole_pixels(close_figures):
+    """A string recorded at one place and drawn from memory at another looks as if drawn there first."""
+    def one_label(x):
+        fig = close_figures.figure(figsize=(2, 1), dpi=72)
+        fig.text(x, 0.4, "k3 0.42", transform=None)
+        return fig
+
+    def positioned(xs):
+        fig = close_figures.figure(figsize=(2, 1), dpi=72)
+        canvas, cache = _draw_with_text_cache(fig)
+        text = fig.text(xs[0], 30, "k3 0.42", transform=None)  # display pixels
+        canvas.draw()
+        for x in xs[1:]:
+            text.set_x(x)
+            canvas.draw()
+        return np.array(canvas.buffer_rgba())
+
+    moved = positioned([10.3, 47.6])  # recorded at 10, drawn from memory at 48
+    direct = positioned([47.6])  # recorded at 48
+    assert np.array_equal(moved, direct)
+
+
 def test_the_static_picture_of_a_live_explorer_shows_its_animated_artists(close_figures):
     from PIL import Image
 
