@@ -297,7 +297,11 @@ def default_coretypes() -> list[str]:
 
 def measure(args) -> dict:
     """Everything that depends on the sgemm kernel, in this process: rates, forward and backward passes."""
-    mm, ex = matmul_rate(args.repeats), exp_rate_per_core(args.repeats)
+    # np.exp's rate first: OpenBLAS's threads keep polling for work for a while after a multi-threaded sgemm before
+    # they sleep (its THREAD_TIMEOUT), and an exp measured then shares the cores with them (measured here: 0.42-0.44
+    # G exps/s right after the sgemm, 0.61-0.64 alone). The same pause before the contenders.
+    ex, mm = exp_rate_per_core(args.repeats), matmul_rate(args.repeats)
+    time.sleep(0.5)
     print(f"[{blas_kernel()}] float32 matmul rate (all cores): {mm / 1e9:.1f} GFLOP/s;  "
           f"np.exp rate: {ex / 1e9:.2f} G exps/s per core", flush=True)
     rows = bench_attention(args.sizes, args.repeats, mm, ex)
@@ -364,9 +368,10 @@ def floor_targets(kernels, S: int = 4096) -> list[tuple[str, bool, str]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    # nargs="*": a child measuring one size gets an empty list for the part that does not measure it
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--backward-sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--backward-sizes", type=int, nargs="*", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--plain-backward-max", type=int, default=4096,
                         help="largest S for attention_backward, which holds H*S*S weights (2 GiB at S=8192)")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
