@@ -296,23 +296,24 @@ def _lazy_online_softmax(Q_i, K1, V1, tiles, Bc: int):
         S_c = np.matmul(Qc, K1[j0:j1].T, out=tile[..., : j1 - j0])  # S_ij - c  (G, Br, Bc)
         mask_inplace(S_c, allowed)
         top = S_c.max(axis=-1, keepdims=True)  # rowmax(S_ij) - c
-        move = top > RESCALE_THRESHOLD
-        if not all_seen:
-            move |= ~seen & (top > -np.inf)  # a row's first allowed scores set its c
-            seen |= move
-            all_seen = bool(seen.all())
-        # c += top on the rows that move; their sums so far shrink by e^-top (a row met for the first time has none:
-        # its factor is capped at 1, so that e^-top cannot overflow on scores far below zero)
-        if move.all():
-            S_c -= top
-            acc *= np.exp(np.minimum(-top, 0))
-            minus_c -= top
-        elif move.any():
-            g, r, _ = np.nonzero(move)
-            shift = top[g, r]  # (rows, 1)
-            S_c[g, r] -= shift
-            acc[g, r] *= np.exp(np.minimum(-shift, 0))
-            minus_c[g, r] -= shift
+        if not all_seen or top.max() > RESCALE_THRESHOLD:  # some row sets or moves its c: rare after the first tile
+            move = top > RESCALE_THRESHOLD
+            if not all_seen:
+                move |= ~seen & (top > -np.inf)  # a row's first allowed scores set its c
+                seen |= move
+                all_seen = bool(seen.all())
+            # c += top on the rows that move; their sums so far shrink by e^-top (a row met for the first time has
+            # none: its factor is capped at 1, so that e^-top cannot overflow on scores far below zero)
+            if move.all():
+                S_c -= top
+                acc *= np.exp(np.minimum(-top, 0))
+                minus_c -= top
+            elif move.any():
+                g, r, _ = np.nonzero(move)
+                shift = top[g, r]  # (rows, 1)
+                S_c[g, r] -= shift
+                acc[g, r] *= np.exp(np.minimum(-shift, 0))
+                minus_c[g, r] -= shift
         P_c = np.exp(S_c, out=S_c)  # exp(S_ij - c), at most e^RESCALE_THRESHOLD
         acc += P_c @ V1[j0:j1]  # [acc, l] += [P V_j, rowsum(P)]
     return -minus_c, acc[..., Dv:], acc[..., :Dv]
