@@ -22,8 +22,9 @@ figure: if it has an argument named ``view``, it gets the same namespace on ever
 first time. It builds the figure and its artists then, keeps them on ``view``, and on later calls only updates them
 (``set_data``, ``set_height``, ``set_text``, ...). The explorer freezes the figure's layout after the first picture
 and redraws only what changed: artists made with ``animated=True`` (whole axes may be animated) are drawn over a
-cached picture of everything else, which is drawn again only when something not animated changed. (A ``draw``
-without a view still works: its new figure is drawn once per step, without IPython's second, tight-bbox pass.)
+cached picture of everything else, which is drawn again only when something not animated changed. Text, most of
+what a step draws, is rasterised once per string and then drawn from memory (``_TextCache``). (A ``draw`` without a
+view still works: its new figure is drawn once per step, without IPython's second, tight-bbox pass.)
 """
 
 from __future__ import annotations
