@@ -29,11 +29,11 @@ from attnlab import (
 )
 from helpers import finite_differences, head_counts, make_qkv, seeds
 
-@pytest.fixture(scope="module", params=["textbook", "fast"], autouse=True)
+@pytest.fixture(scope="module", params=["textbook", "fast"])
 def tiled_path(request):
-    """Run every test of this file through the textbook tile loops of ``tiled_attention`` and
-    ``tiled_attention_backward`` and through their fast paths, whatever the size (module-scoped, so that
-    hypothesis's examples share it). ``attention_backward``'s own fast path is chosen by the tests that compare it."""
+    """Run a test through the textbook tile loops of ``tiled_attention`` and ``tiled_attention_backward`` and through
+    their fast paths, whatever the size (module-scoped, so that hypothesis's examples share it).
+    ``attention_backward``'s own fast path is chosen by the tests that compare it."""
     fast = request.param == "fast"
     previous = attnlab.online.FAST_PATH_MIN_SCORES, attnlab.backward.TILED_FAST_PATH_MIN_SCORES
     attnlab.online.FAST_PATH_MIN_SCORES = attnlab.backward.TILED_FAST_PATH_MIN_SCORES = 0 if fast else np.inf
@@ -266,6 +266,7 @@ def test_gqa_gradients_are_the_sums_over_each_group():
     np.testing.assert_allclose(dv, dv_r.reshape(2, 2, 3, 5, 3).sum(axis=2), **TOL)
 
 
+@pytest.mark.usefixtures("tiled_path")
 def test_everything_masked_gives_zero_gradients_without_warnings():
     q, k, v = make_qkv(batch=(2,), H=2, T=3, S=4, D=2)
     dout = np.ones((2, 2, 3, 2))
@@ -277,6 +278,7 @@ def test_everything_masked_gives_zero_gradients_without_warnings():
             assert np.all(gr == 0)
 
 
+@pytest.mark.usefixtures("tiled_path")
 def test_backward_leaves_its_inputs_unchanged():
     q, k, v = make_qkv(H=2, T=5, S=6, D=3)
     dout = np.random.default_rng(6).standard_normal((2, 5, 3))
@@ -320,6 +322,7 @@ def check_tiled_equals_plain(q, k, v, dout, mask, causal, Br, Bc):
         np.testing.assert_allclose(g_, e, **TOL)
 
 
+@pytest.mark.usefixtures("tiled_path")
 @pytest.mark.parametrize("kind", MASK_KINDS)
 @pytest.mark.parametrize("T, S, Br, Bc", [
     (7, 13, 3, 5),    # neither tile divides T or S
@@ -338,6 +341,7 @@ def test_tiled_backward_equals_plain_backward(kind, T, S, Br, Bc):
     check_tiled_equals_plain(q, k, v, dout, mask, causal, Br, Bc)
 
 
+@pytest.mark.usefixtures("tiled_path")
 @given(hk=head_counts(), T=st.integers(1, 10), extra=st.integers(0, 10), Br=st.integers(1, 12), Bc=st.integers(1, 12),
        kind=st.sampled_from(MASK_KINDS), causal=st.booleans(), seed=seeds)
 def test_tiled_backward_equals_plain_under_every_mask(hk, T, extra, Br, Bc, kind, causal, seed):
@@ -349,6 +353,7 @@ def test_tiled_backward_equals_plain_under_every_mask(hk, T, extra, Br, Bc, kind
     check_tiled_equals_plain(q, k, v, dout, mask, causal or kind_causal, Br, Bc)
 
 
+@pytest.mark.usefixtures("tiled_path")
 def test_tiled_backward_two_dimensional_inputs_and_scale():
     q, k, v = make_qkv(H=1, T=6, S=10, D=4, Dv=3)
     q, k, v = q[0], k[0], v[0]
@@ -369,6 +374,7 @@ def count_computed_tiles(monkeypatch, *args, **kwargs):
     return len(calls)
 
 
+@pytest.mark.usefixtures("tiled_path")
 @pytest.mark.parametrize("T, S, Br, Bc, kind", [(16, 16, 4, 4, "causal"), (9, 20, 2, 3, "causal"),
                                                 (13, 13, 3, 5, "document"), (12, 12, 4, 4, "document+padding"),
                                                 (8, 8, 2, 2, "none")])
@@ -384,6 +390,7 @@ def test_tiled_backward_skips_the_tiles_the_forward_skips(monkeypatch, T, S, Br,
         assert stats.tiles_skipped > 0
 
 
+@pytest.mark.usefixtures("tiled_path")
 @pytest.mark.parametrize("H, Hkv", [(1, 1), (4, 1), (8, 8)])
 def test_tiled_backward_on_every_core_is_exact_and_the_same_on_every_run(H, Hkv):
     """Large enough for the thread pool (>= 2^20 scores): blocks of keys of one head run on different cores."""
@@ -402,6 +409,7 @@ def test_tiled_backward_on_every_core_is_exact_and_the_same_on_every_run(H, Hkv)
 # --- the log-sum-exp ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("tiled_path")
 @pytest.mark.parametrize("kind", MASK_KINDS)
 def test_return_lse_is_the_log_sum_exp_of_the_allowed_scores(kind):
     T, S, D = 6, 9, 3
@@ -422,6 +430,7 @@ def test_return_lse_is_the_log_sum_exp_of_the_allowed_scores(kind):
         assert lse[idx] == pytest.approx(m + math.log(math.fsum(math.exp(s - m) for s in scores)), rel=1e-13, abs=1e-13)
 
 
+@pytest.mark.usefixtures("tiled_path")
 def test_return_lse_with_stats_and_in_float16():
     q, k, v = make_qkv(H=2, T=5, S=7, D=4, dtype=np.float16)
     out, lse, stats = tiled_attention(q, k, v, causal=True, Br=2, Bc=3, return_lse=True, return_stats=True)
@@ -434,6 +443,7 @@ def test_return_lse_with_stats_and_in_float16():
 # --- float16 and float32 --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("tiled_path")
 @pytest.mark.parametrize("dtype, tol", [(np.float16, 2e-2), (np.float32, 2e-5)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_low_precision_gradients_keep_dtype_and_are_accurate(dtype, tol, causal):
@@ -471,6 +481,7 @@ def peak_bytes(fn, *args, **kwargs):
         tracemalloc.stop()
 
 
+@pytest.mark.usefixtures("tiled_path")
 def test_tiled_backward_memory_grows_linearly_plain_backward_quadratically():
     """S -> 4S: the tiled backward holds O(S) (the gradients, a pair of tiles per core), the plain one the S² weights.
 
