@@ -244,6 +244,10 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     Dg = np.einsum("...d,...d->...", dOg, Og, dtype=dtype)[..., None]  # the paper's D = rowsum(dO ∘ O)  (..., T, 1)
     Lg = group_query_heads(lse[..., None].astype(dtype), Hkv)  # L, a copy  (..., Hkv, G, T, 1)
     Lg[np.isneginf(Lg)] = np.inf  # a row with no allowed key: P = exp(S - inf) = 0, with no -inf - -inf = NaN
+    fast = p.n_scores >= TILED_FAST_PATH_MIN_SCORES
+    if fast:  # -L_i and -D_i, the extra columns of the fast path; a row with no allowed key gets -(largest float)
+        minus_L = -np.minimum(Lg, np.finfo(dtype).max)  # (..., Hkv, G, T, 1): exp(S - largest) is 0, as exp(S - inf)
+        minus_D = -Dg
     lead, G = Qg.shape[:-3], Qg.shape[-3]  # lead = (..., Hkv)
     gmask = p.grouped_mask(p.mask)  # (..., Hkv, G, T, S) or None; the causal part is index arithmetic per tile
     dq = np.zeros((*lead, G, T, D), dtype=dtype)  # (..., Hkv, G, T, D), accumulated over key blocks
@@ -267,7 +271,7 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
             Q_i, dO_i = Qg[idx][:, i0:i1], dOg[idx][:, i0:i1]  # (G, Br, D), (G, Br, Dv)
             if fast:
                 n = i1 - i0
-                Q1[:, :n, :D], Q1[:, :n, D:] = Q_i, L_fast[idx][:, i0:i1]
+                Q1[:, :n, :D], Q1[:, :n, D:] = Q_i, minus_L[idx][:, i0:i1]
                 dO1[:, :n, :Dv], dO1[:, :n, Dv:] = dO_i, minus_D[idx][:, i0:i1]
                 S_ij = np.matmul(Q1[:, :n], K1.T, out=tile[0, :, :n])  # S_ij - L_i  (G, Br, Bc)
                 mask_inplace(S_ij, allowed)
@@ -291,10 +295,6 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     # Where the paper adds into dQ atomically, a task here owns its dQ: all of one head's key blocks (writing into
     # dq directly) or, when there are too few heads to keep every core busy, every n-th key block of one head (into
     # its own copy of that head's dQ, summed below in a fixed order). Either way dq is the same on every run.
-    fast = p.n_scores >= TILED_FAST_PATH_MIN_SCORES
-    if fast:  # -L_i and -D_i, the extra columns of the fast path; a row with no allowed key gets -(largest float)
-        L_fast = -np.minimum(Lg, np.finfo(dtype).max)  # (..., Hkv, G, T, 1): exp(S - largest) is 0, as exp(S - inf)
-        minus_D = -Dg
     n_key_blocks, elements = -(-S // Bc), p.n_scores
     n_lead = int(np.prod(lead, dtype=np.int64))
     n = 1 if elements < MIN_PARALLEL_ELEMENTS else min(n_key_blocks, -(-4 * workers() // n_lead))  # tasks per head

@@ -202,10 +202,10 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
         """Rows i0:i1 of the output of one key/value head (and its G query heads); through the fast path when given
         that head's keys and values with a column of ones, ``K1 (S, D + 1)`` and ``V1 (S, Dv + 1)``."""
         Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
-        K, V = k[idx], v[idx]  # (S, D), (S, Dv)
         if K1 is not None:
             m, l, acc = _lazy_online_softmax(Q_i, K1, V1, tiles(idx, i0, i1), min(Bc, S))
         else:
+            K, V = k[idx], v[idx]  # (S, D), (S, Dv)
             m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
             l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
             acc = np.zeros((G, i1 - i0, p.Dv), dtype=dtype)  # unnormalised output
@@ -240,12 +240,11 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
 
     # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
     visited = np.zeros((-(-T // Br), -(-S // Bc)), dtype=bool) if return_stats else None
-    n_row_blocks = -(-T // Br)
     if p.n_scores < FAST_PATH_MIN_SCORES:
         blocks = [(idx, i0, min(i0 + Br, T)) for idx in np.ndindex(*lead) for i0 in range(0, T, Br)]
         run_blocks(row_block, blocks, p.n_scores)  # blocks of query rows are independent: on every core
     else:  # a task per head, or per n-th of a head when there are too few heads to keep every core busy
-        n = min(n_row_blocks, -(-4 * workers() // int(np.prod(lead, dtype=np.int64))))
+        n = min(-(-T // Br), -(-4 * workers() // int(np.prod(lead, dtype=np.int64))))
         run_blocks(rows_of_head, [(idx, c, n) for idx in np.ndindex(*lead) for c in range(n)], p.n_scores)
 
     out = p.restore(out.reshape(*p.q.shape[:-1], p.Dv).astype(p.q.dtype, copy=False))  # (..., H, T, Dv)
