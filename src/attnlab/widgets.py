@@ -163,30 +163,29 @@ class _TextCache:
         key = (s, font, angle, gc.get_antialiased(), self.renderer.dpi,
                repr(mtext.get_fontfeatures()) if mtext is not None else None,
                mtext.get_language() if mtext is not None else None)
-        agg = self.renderer._renderer
         glyphs = self.strings.get(key)
         if glyphs is None:
-            glyphs = self._record(gc, x, y, s, prop, angle, mtext)
             if len(self.strings) >= self.LIMIT:
                 self.strings.clear()
-            self.strings[key] = glyphs
+            self.strings[key] = self._record(gc, x, y, s, prop, angle, mtext)
             return
-        for image, dx, dy in glyphs:
-            agg.draw_text_image(image, x + dx, y + dy, 0, gc)
+        agg = self.renderer._renderer
+        for image, dx, dy, glyph_angle in glyphs:
+            agg.draw_text_image(image, x + dx, y + dy, glyph_angle, gc)
 
     def _record(self, gc, x, y, s, prop, angle, mtext) -> list:
-        """Draw ``s`` the usual way at the whole pixel ``(x, y)``, keeping each glyph's bitmap and its offset."""
+        """Draw ``s`` the usual way at the whole pixel ``(x, y)``, keeping each glyph's bitmap, offset and angle."""
+        import numpy as np
+
         agg, glyphs = self.renderer._renderer, []
 
         class Recorder:
             def draw_text_image(self, image, gx, gy, glyph_angle, gc_):
-                glyphs.append((np.array(image), gx - x, gy - y))
+                glyphs.append((np.array(image), gx - x, gy - y, glyph_angle))
                 agg.draw_text_image(image, gx, gy, glyph_angle, gc_)
 
             def __getattr__(self, name):
                 return getattr(agg, name)
-
-        import numpy as np
 
         self.renderer._renderer = Recorder()
         try:
@@ -212,8 +211,9 @@ class _LiveCanvas:
         canvas = fig.canvas
         if fig is not self.fig and fig.dpi > LIVE_DPI:
             fig.set_dpi(LIVE_DPI)  # before the first draw, so that the layout is made at this size
-        if getattr(canvas.get_renderer(), "attnlab_text_cache", None) is None:  # a new renderer: a new cache
-            _TextCache(canvas.get_renderer()).install()
+        renderer = canvas.get_renderer()
+        if getattr(renderer, "attnlab_text_cache", None) is None:  # a new renderer: a new cache
+            _TextCache(renderer).install()
         if fig is not self.fig or fig.stale or self.background is None:
             canvas.draw()  # everything not animated; the layout engine runs here, once
             if fig.get_layout_engine() is not None and self.fig is not fig:
@@ -223,7 +223,6 @@ class _LiveCanvas:
             self.fig = fig
         else:
             canvas.restore_region(self.background)
-        renderer = canvas.get_renderer()
         for artist in self.animated:
             artist.draw(renderer)
         fig.stale = False
