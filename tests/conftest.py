@@ -110,3 +110,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{name}: median {1000 * t['median_seconds']:.0f} ms, "
                                     f"max {1000 * t['max_seconds']:.0f} ms over {len(t['steps_seconds'])} steps "
                                     f"({t['action']})")
+
+
+@pytest.fixture(scope="module", params=["textbook", "fast"])
+def tiled_path(request):
+    """Run a test through the textbook tile loops of ``tiled_attention`` and ``tiled_attention_backward`` and through
+    their fast paths, whatever the size (module-scoped, so that hypothesis's examples share it)."""
+    import attnlab.backward
+    import attnlab.online
+
+    previous = attnlab.online.FAST_PATH_MIN_SCORES, attnlab.backward.TILED_FAST_PATH_MIN_SCORES
+    attnlab.online.FAST_PATH_MIN_SCORES = attnlab.backward.TILED_FAST_PATH_MIN_SCORES = (
+        0 if request.param == "fast" else np.inf)
+    yield request.param
+    attnlab.online.FAST_PATH_MIN_SCORES, attnlab.backward.TILED_FAST_PATH_MIN_SCORES = previous

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import attnlab.backward
-import attnlab.online
 import oracle
 from attnlab import (
     attention,
@@ -29,18 +28,8 @@ from attnlab import (
 )
 from helpers import finite_differences, head_counts, make_qkv, seeds
 
-@pytest.fixture(scope="module", params=["textbook", "fast"])
-def tiled_path(request):
-    """Run a test through the textbook tile loops of ``tiled_attention`` and ``tiled_attention_backward`` and through
-    their fast paths, whatever the size (module-scoped, so that hypothesis's examples share it).
-    ``attention_backward``'s own fast path is chosen by the tests that compare it."""
-    fast = request.param == "fast"
-    previous = attnlab.online.FAST_PATH_MIN_SCORES, attnlab.backward.TILED_FAST_PATH_MIN_SCORES
-    attnlab.online.FAST_PATH_MIN_SCORES = attnlab.backward.TILED_FAST_PATH_MIN_SCORES = 0 if fast else np.inf
-    yield request.param
-    attnlab.online.FAST_PATH_MIN_SCORES, attnlab.backward.TILED_FAST_PATH_MIN_SCORES = previous
-
-
+# The tiled tests run through both paths of the tiled passes (the `tiled_path` fixture, conftest.py); the tests of
+# attention_backward choose its own fast path themselves.
 TOL = dict(rtol=1e-11, atol=1e-12)  # float64 against float64: a few ulp times the number of terms
 FD_RTOL = 1e-7  # central differences in float64: |error| / |gradient|, measured ~1e-9
 

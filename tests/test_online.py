@@ -30,17 +30,7 @@ from attnlab import (
 from helpers import head_counts, make_qkv, plain_float32_attention, seeds
 
 TOL = dict(rtol=1e-12, atol=1e-12)
-ONLINE = sys.modules["attnlab.online"]
-
-
-@pytest.fixture(scope="module", params=["textbook", "fast"], autouse=True)
-def path(request):
-    """Run every test of this file through the textbook tile loop of ``tiled_attention`` and through its lazy-rescaling
-    fast path, whatever the size (module-scoped, so that hypothesis's examples share it)."""
-    previous = ONLINE.FAST_PATH_MIN_SCORES
-    ONLINE.FAST_PATH_MIN_SCORES = 0 if request.param == "fast" else np.inf
-    yield request.param
-    ONLINE.FAST_PATH_MIN_SCORES = previous
+pytestmark = pytest.mark.usefixtures("tiled_path")  # every test through both paths of tiled_attention (conftest.py)
 
 
 # --- online softmax -------------------------------------------------------------------------------------------------

@@ -265,11 +265,6 @@ def test_the_live_text_cache_draws_in_the_colour_of_the_moment(close_figures):
 
 def test_the_live_text_cache_moves_a_string_by_whole_pixels(close_figures):
     """A string recorded at one place and drawn from memory at another looks as if drawn there first."""
-    def one_label(x):
-        fig = close_figures.figure(figsize=(2, 1), dpi=72)
-        fig.text(x, 0.4, "k3 0.42", transform=None)
-        return fig
-
     def positioned(xs):
         fig = close_figures.figure(figsize=(2, 1), dpi=72)
         canvas, cache = _draw_with_text_cache(fig)
