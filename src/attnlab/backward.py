@@ -218,7 +218,8 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
 
     From ``TILED_FAST_PATH_MIN_SCORES`` scores on, the two subtractions ride in the matmuls on one more column each,
     ``[Q_i, -L_i] [K_j · scale, 1]ᵀ = S_ij - L_i`` and ``[dO_i, -D_i] [V_j, 1]ᵀ = dP_ij - D_i``, which saves two of the
-    tile's four element-wise passes; the rest is the same.
+    tile's four element-wise passes, and each tile is kept transposed, with the G query heads side by side
+    (``_key_block_fast``); the rest is the same.
 
     Examples
     --------
@@ -259,36 +260,28 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
         K_j, V_j = k_[idx][j0:j1], v_[idx][j0:j1]  # (Bc, D), (Bc, Dv)
         K_js = K_j * dtype.type(scale)  # the scale goes on the (Bc, D) keys once, not on every (Br, D) query block
         dK_j, dV_j = np.zeros((j1 - j0, D), dtype=dtype), np.zeros((j1 - j0, Dv), dtype=dtype)
-        tile = np.empty((2, G, min(Br, T), j1 - j0), dtype=dtype)  # the tiles of P_ij and dS_ij, reused
-        if fast:  # the fast path: the two subtractions ride in the matmuls, on one more column each (see the Notes)
-            K1, V1 = with_ones(K_js), with_ones(V_j)  # [K_j · scale, 1], [V_j, 1]
-            Q1 = np.empty((G, min(Br, T), D + 1), dtype=dtype)  # [Q_i, -L_i], filled per query block
-            dO1 = np.empty((G, min(Br, T), Dv + 1), dtype=dtype)  # [dO_i, -D_i]
+        visits = []  # the query blocks that see this key block, with what each may attend
         for i0, i1 in query_blocks(j0, T, S, Br, causal):
             allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
-            if allowed is not None and not allowed.any():  # the forward skipped this tile: it has no gradient
-                continue
-            Q_i, dO_i = Qg[idx][:, i0:i1], dOg[idx][:, i0:i1]  # (G, Br, D), (G, Br, Dv)
-            if fast:
-                n = i1 - i0
-                Q1[:, :n, :D], Q1[:, :n, D:] = Q_i, minus_L[idx][:, i0:i1]
-                dO1[:, :n, :Dv], dO1[:, :n, Dv:] = dO_i, minus_D[idx][:, i0:i1]
-                S_ij = np.matmul(Q1[:, :n], K1.T, out=tile[0, :, :n])  # S_ij - L_i  (G, Br, Bc)
-                mask_inplace(S_ij, allowed)
-                P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
-                dP_ij = np.matmul(dO1[:, :n], V1.T, out=tile[1, :, :n])  # dP_ij - D_i  (G, Br, Bc)
-            else:
+            if allowed is None or allowed.any():  # else the forward skipped this tile: it has no gradient
+                visits.append((i0, i1, allowed))
+        if fast:
+            _key_block_fast(Qg[idx], dOg[idx], minus_L[idx], minus_D[idx], K_j, K_js, V_j, dK_j, dV_j, dQ, visits)
+        else:
+            tile = np.empty((2, G, min(Br, T), j1 - j0), dtype=dtype)  # the tiles of P_ij and dS_ij, reused
+            for i0, i1, allowed in visits:
+                Q_i, dO_i = Qg[idx][:, i0:i1], dOg[idx][:, i0:i1]  # (G, Br, D), (G, Br, Dv)
                 S_ij = np.matmul(Q_i, K_js.T, out=tile[0, :, : i1 - i0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
                 mask_inplace(S_ij, allowed)
                 S_ij -= Lg[idx][:, i0:i1]
                 P_ij = np.exp(S_ij, out=S_ij)  # P_ij = exp(S_ij - L_i)
                 dP_ij = np.matmul(dO_i, V_j.T, out=tile[1, :, : i1 - i0])  # dP_ij = dO_i V_jᵀ  (G, Br, Bc)
                 dP_ij -= Dg[idx][:, i0:i1]  # dP_ij - D_i
-            dS_ij = np.multiply(dP_ij, P_ij, out=dP_ij)  # dS_ij = P_ij ∘ (dP_ij - D_i)
-            for g in range(G):  # a key/value head's gradient sums over its G query heads
-                dV_j += P_ij[g].T @ dO_i[g]  # dV_j += P_ijᵀ dO_i  (Bc, Dv)
-                dK_j += dS_ij[g].T @ Q_i[g]  # dK_j += dS_ijᵀ Q_i  (Bc, D), times scale below
-            dQ[:, i0:i1] += dS_ij @ K_j  # dQ_i += dS_ij K_j  (G, Br, D), times scale below
+                dS_ij = np.multiply(dP_ij, P_ij, out=dP_ij)  # dS_ij = P_ij ∘ (dP_ij - D_i)
+                for g in range(G):  # a key/value head's gradient sums over its G query heads
+                    dV_j += P_ij[g].T @ dO_i[g]  # dV_j += P_ijᵀ dO_i  (Bc, Dv)
+                    dK_j += dS_ij[g].T @ Q_i[g]  # dK_j += dS_ijᵀ Q_i  (Bc, D), times scale below
+                dQ[:, i0:i1] += dS_ij @ K_j  # dQ_i += dS_ij K_j  (G, Br, D), times scale below
         np.multiply(dK_j, dtype.type(scale), out=dk[idx][j0:j1])  # dK_j = dS_jᵀ Q · scale
         dv[idx][j0:j1] = dV_j
 
@@ -313,6 +306,43 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
     dq *= dtype.type(scale)  # dQ = dS K · scale
     return (p.restore(dq.reshape(p.q.shape).astype(p.q.dtype, copy=False)),  # (..., H, T, D)
             p.restore(dk.astype(p.k.dtype, copy=False)), p.restore(dv.astype(p.v.dtype, copy=False)))
+
+
+# --- the fast path of tiled_attention_backward ----------------------------------------------------------------------
+# The same lines as the tile loop, with the tiles kept transposed, keys down and queries across (Bc, G · Br), as in
+# tiled_attention's fast path: OpenBLAS computes [K_j, 1] [Q_i, -L_i]ᵀ faster than its transpose, and the G query
+# heads that share K_j and V_j go through each matmul side by side, so that dK_j and dV_j sum over them inside the
+# matmul. The two subtractions ride in the first two matmuls, on one more column each:
+#
+#     [K_j · scale, 1] [Q_i, -L_i]ᵀ = (S_ij - L_i)ᵀ        [V_j, 1] [dO_i, -D_i]ᵀ = (dP_ij - D_i)ᵀ
+#
+# which saves two of the tile's four element-wise passes.
+
+
+def _key_block_fast(Q, dO, minus_L, minus_D, K_j, K_js, V_j, dK_j, dV_j, dQ, visits):
+    """dK_j, dV_j and the share of dQ of one block of keys ``K_j (Bc, D)`` (``K_js`` scaled) of one key/value head,
+    added into ``dK_j, dV_j`` and ``dQ (G, T, D)``, over the query blocks ``visits (i0, i1, allowed)`` that see it
+    (that head's ``Q (G, T, D)``, ``dO (G, T, Dv)``, ``minus_L, minus_D (G, T, 1)``)."""
+    G, _, D = Q.shape
+    Bc, Dv = V_j.shape
+    K1, V1 = with_ones(K_js), with_ones(V_j)  # [K_j · scale, 1], [V_j, 1]
+    Br = max((i1 - i0 for i0, i1, _ in visits), default=0)
+    Q1 = np.empty((G * Br, D + 1), dtype=K_j.dtype)  # [Q_i, -L_i], the G heads' rows one after another
+    dO1 = np.empty((G * Br, Dv + 1), dtype=K_j.dtype)  # [dO_i, -D_i]
+    tile = np.empty((2, Bc, G * Br), dtype=K_j.dtype)  # P_ijᵀ and dS_ijᵀ, reused
+    for i0, i1, allowed in visits:
+        n = i1 - i0
+        Q1_i, dO1_i = Q1[: G * n], dO1[: G * n]  # (G·Br, D + 1), (G·Br, Dv + 1)
+        Q1_i.reshape(G, n, D + 1)[...] = np.concatenate([Q[:, i0:i1], minus_L[:, i0:i1]], axis=-1)
+        dO1_i.reshape(G, n, Dv + 1)[...] = np.concatenate([dO[:, i0:i1], minus_D[:, i0:i1]], axis=-1)
+        S_T = np.matmul(K1, Q1_i.T, out=tile[0, :, : G * n])  # (S_ij - L_i)ᵀ  (Bc, G·Br)
+        mask_inplace(S_T.reshape(Bc, G, n).transpose(1, 2, 0), allowed)
+        P_T = np.exp(S_T, out=S_T)  # P_ijᵀ
+        dP_T = np.matmul(V1, dO1_i.T, out=tile[1, :, : G * n])  # (dP_ij - D_i)ᵀ  (Bc, G·Br)
+        dS_T = np.multiply(dP_T, P_T, out=dP_T)  # dS_ijᵀ = (P_ij ∘ (dP_ij - D_i))ᵀ
+        dV_j += P_T @ dO1_i[:, :Dv]  # dV_j += P_ijᵀ dO_i, summed over the G heads  (Bc, Dv)
+        dK_j += dS_T @ Q1_i[:, :D]  # dK_j += dS_ijᵀ Q_i  (Bc, D), times scale later
+        dQ[:, i0:i1] += (dS_T.T @ K_j).reshape(G, n, D)  # dQ_i += dS_ij K_j  (G, Br, D), times scale later
 
 
 # --- the fast path of attention_backward ----------------------------------------------------------------------------
