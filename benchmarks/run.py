@@ -7,6 +7,9 @@ machine's float32 matmul rate and its `np.exp` rate per core, and reports each t
 
     floor = (the two matmuls, 4·H·S²·D FLOPs, at the measured matmul rate) + (H·S² exps spread over all cores).
 
+Both rates are measured again before and after each contender's runs, and its time is divided by the floor measured
+around it, so that a shared machine whose speed drifts slows both alike (`Floor`, `in_block`).
+
 If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on the CPU is measured as a peer.
 
 Two kinds of sgemm kernel, side by side: the passes run in child processes, once with OpenBLAS's own choice of kernel
@@ -50,14 +53,15 @@ BACKWARD_BLOCKS = {name: p.default for name, p in inspect.signature(attnlab.tile
                    if name in ("Br", "Bc")}
 
 
-def median_time(fn, repeats: int) -> float:
+def median_time(fn, repeats: int, best=False) -> float:
+    """The median time of ``repeats`` runs after a warm-up (with ``best``, the shortest of the runs)."""
     fn()  # warm up: page in memory, start threads
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times) if best else statistics.median(times)
 
 
 def peak_bytes(fn) -> int:
@@ -69,15 +73,15 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def matmul_rate(repeats: int) -> float:
+def matmul_rate(repeats: int, best=False) -> float:
     """FLOP/s of a large float32 matmul on all cores."""
     rng = np.random.default_rng(0)
     n = 4096
     a, b = rng.standard_normal((2, n, n), dtype=np.float32)
-    return 2 * n**3 / median_time(lambda: a @ b, repeats)
+    return 2 * n**3 / median_time(lambda: a @ b, repeats, best)
 
 
-def exp_rate_per_core(repeats: int) -> float:
+def exp_rate_per_core(repeats: int, best=False) -> float:
     """exps per second of np.exp on one core (numpy's exp is single-threaded), on cache-resident float32 blocks."""
     x = np.random.default_rng(0).standard_normal(1 << 16, dtype=np.float32)
     out = np.empty_like(x)
@@ -87,7 +91,75 @@ def exp_rate_per_core(repeats: int) -> float:
         for _ in range(loops):
             np.exp(x, out=out)
 
-    return x.size * loops / median_time(run, repeats)
+    return x.size * loops / median_time(run, repeats, best)
+
+
+class Floor:
+    """The two limits a pass cannot beat, this machine's float32 matmul rate (all cores) and its np.exp rate (per
+    core), measured once more before and after every contender's timings.
+
+    A shared machine's speed drifts by tens of percent within a minute (measured here: the 4096 x 4096 matmul took
+    between 128 and 184 GFLOP/s in twenty runs back to back), so each contender's times are divided by the floor
+    measured around them (``in_block``). ``np.exp`` is measured before the matmul, and 0.5 s after anything else:
+    OpenBLAS's threads keep polling for work for a while after a multi-threaded sgemm before they sleep (its
+    THREAD_TIMEOUT), and anything measured then shares the cores with them (measured here: np.exp at 0.42-0.44 G
+    exps/s right after the sgemm, 0.61-0.64 alone).
+    """
+
+    def __init__(self, repeats: int):
+        self.exp_rates, self.mm_rates = [exp_rate_per_core(repeats)], [matmul_rate(repeats)]
+
+    def measure(self) -> tuple[float, float]:
+        """One more reading of both rates, each the faster of two runs: (matmul FLOP/s, exps per second per core)."""
+        time.sleep(0.5)
+        self.exp_rates.append(exp_rate_per_core(1, best=True))
+        self.mm_rates.append(matmul_rate(1, best=True))
+        time.sleep(0.5)
+        return self.mm_rates[-1], self.exp_rates[-1]
+
+    @property
+    def mm_rate(self) -> float:
+        return statistics.median(self.mm_rates)
+
+    @property
+    def exp_rate(self) -> float:
+        return statistics.median(self.exp_rates)
+
+    @staticmethod
+    def seconds(flops: float, exps: float, rates: tuple[float, float]) -> float:
+        """The floor of a pass of ``flops`` matmul FLOPs and ``exps`` exponentials at ``rates`` (matmul, exp)."""
+        mm, ex = rates
+        return flops / mm + exps / (ex * workers())
+
+
+def in_block(floor: Floor, contenders: dict, repeats: int) -> dict:
+    """The contenders ``repeats`` times each, alternately, between two readings of the floor: ``{name: (times,
+    rates)}`` with the faster of the two readings of each rate (a lower floor: a drift never flatters a contender).
+
+    A block's runs follow each other closely, as a learner's calls do: in a virtual machine, memory freed and left
+    unused for a couple of seconds can be handed back to the host, and then costs a page fault per page again (measured
+    here: attention at S = 4096, which allocates 512 MiB, took 0.45-0.50 s back to back but 0.86-1.18 s, most of it
+    system time, when each call followed a reading of the floor).
+    """
+    before = floor.measure()
+    for fn in contenders.values():
+        fn()  # warm up: page in memory, start threads
+    times = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    after = floor.measure()
+    rates = tuple(max(x, y) for x, y in zip(before, after))
+    return {name: (t, rates) for name, t in times.items()}
+
+
+def timing(run: tuple, flops: float, exps: float) -> dict:
+    """A contender's median time and its multiple of the floor measured around it (``in_block``)."""
+    times, rates = run
+    seconds, floor = statistics.median(times), Floor.seconds(flops, exps, rates)
+    return {"seconds": seconds, "gflops": flops / seconds / 1e9, "floor_seconds": floor, "x_floor": seconds / floor}
 
 
 def torch_sdpa():
@@ -105,7 +177,7 @@ def torch_sdpa():
     return run
 
 
-def bench_attention(sizes, repeats: int, mm_rate: float, exp_rate: float) -> list[dict]:
+def bench_attention(sizes, repeats: int, floor: Floor) -> list[dict]:
     implementations = {
         "attnlab.attention": lambda q, k, v: attnlab.attention(q, k, v),
         f"attnlab.tiled_attention (Br={BLOCKS['Br']}, Bc={BLOCKS['Bc']})": attnlab.tiled_attention,
@@ -121,19 +193,19 @@ def bench_attention(sizes, repeats: int, mm_rate: float, exp_rate: float) -> lis
         pick = np.linspace(0, S - 1, 64).astype(int)
         reference = attnlab.attention(q[..., pick, :].astype(np.float64), k.astype(np.float64), v.astype(np.float64))
         flops = 4 * H * S * S * D
-        floor = flops / mm_rate + H * S * S / (exp_rate * workers())
         for name, fn in implementations.items():
-            t = median_time(lambda: fn(q, k, v), repeats)
+            run = in_block(floor, {name: lambda: fn(q, k, v)}, repeats)[name]
             error = float(np.abs(fn(q, k, v)[..., pick, :] - reference).max())
             peak = None if name.startswith("torch") else peak_bytes(lambda: fn(q, k, v))
-            rows.append({"S": S, "implementation": name, "seconds": t, "gflops": flops / t / 1e9,
-                         "peak_bytes": peak, "max_error": error, "floor_seconds": floor, "x_floor": t / floor})
-            print(f"  S={S:<5} {name:<58} {t:8.3f} s  {t / floor:5.2f}x floor", flush=True)
+            row = {"S": S, "implementation": name, **timing(run, flops, H * S * S), "peak_bytes": peak,
+                   "max_error": error}
+            rows.append(row)
+            print(f"  S={S:<5} {name:<58} {row['seconds']:8.3f} s  {row['x_floor']:5.2f}x floor", flush=True)
     return rows
 
 
-def bench_backward(sizes, repeats: int, plain_max_S: int, mm_rate: float, exp_rate: float) -> list[dict]:
-    """The two backward passes, and the tiled forward timed alternately with the tiled backward."""
+def bench_backward(sizes, repeats: int, plain_max_S: int, floor: Floor) -> list[dict]:
+    """The two backward passes, and the tiled forward timed in the same rounds as the tiled backward."""
     tiled_name = f"attnlab.tiled_attention_backward (Br={BACKWARD_BLOCKS['Br']}, Bc={BACKWARD_BLOCKS['Bc']})"
     rows = []
     for S in sizes:
@@ -160,38 +232,29 @@ def bench_backward(sizes, repeats: int, plain_max_S: int, mm_rate: float, exp_ra
             return max(float(np.abs(g - r).max()) for g, r in zip(grads, reference))
 
         scale_ref = max(float(np.abs(r).max()) for r in reference)
-        forward(), tiled()  # warm up
-        t_fwd, t_tiled = [], []
-        for _ in range(repeats):  # alternately, so that the ratio compares runs under the same load
-            for fn, times in ((forward, t_fwd), (tiled, t_tiled)):
-                start = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - start)
-        t_fwd, t_tiled = statistics.median(t_fwd), statistics.median(t_tiled)
+        # alternately, so that the ratio to the forward compares runs under the same load
+        runs = in_block(floor, {"forward": forward, "tiled": tiled}, repeats)
+        t_fwd = statistics.median(runs["forward"][0])
         # FLOPs: the tiled backward recomputes S = Q Kᵀ, then dV, dP, dQ, dK: five matmuls of 2·S²·D per head
-        flops_tiled = 10 * H * S * S * D
-        floor = flops_tiled / mm_rate + H * S * S / (exp_rate * workers())
+        row = timing(runs["tiled"], 10 * H * S * S * D, H * S * S)
+        x_fwd = row["seconds"] / t_fwd
         err = error(tiled())
-        rows.append({"S": S, "implementation": tiled_name, "seconds": t_tiled, "gflops": flops_tiled / t_tiled / 1e9,
-                     "peak_bytes": peak_bytes(tiled), "max_error": err, "max_relative_error": err / scale_ref,
-                     "floor_seconds": floor, "x_floor": t_tiled / floor, "forward_seconds": t_fwd,
-                     "x_forward": t_tiled / t_fwd})
-        print(f"  S={S:<5} {tiled_name:<58} {t_tiled:8.3f} s  {t_tiled / t_fwd:5.2f}x its forward "
+        rows.append({"S": S, "implementation": tiled_name, **row, "peak_bytes": peak_bytes(tiled),
+                     "max_error": err, "max_relative_error": err / scale_ref, "forward_seconds": t_fwd,
+                     "x_forward": x_fwd})
+        print(f"  S={S:<5} {tiled_name:<58} {row['seconds']:8.3f} s  {x_fwd:5.2f}x its forward "
               f"({t_fwd:.3f} s)", flush=True)
         if S > plain_max_S:
             print(f"  S={S:<5} attnlab.attention_backward skipped: its weights alone would be "
                   f"{attnlab.format_bytes(H * S * S * 4)}", flush=True)
             continue
         # the plain backward runs attention's forward (two matmuls) and then dV, dP, dQ, dK
-        flops_plain = 12 * H * S * S * D
-        floor = flops_plain / mm_rate + H * S * S / (exp_rate * workers())
-        t = median_time(plain, repeats)
+        row = timing(in_block(floor, {"plain": plain}, repeats)["plain"], 12 * H * S * S * D, H * S * S)
         err = error(plain())
-        rows.append({"S": S, "implementation": "attnlab.attention_backward", "seconds": t,
-                     "gflops": flops_plain / t / 1e9, "peak_bytes": peak_bytes(plain), "max_error": err,
-                     "max_relative_error": err / scale_ref, "floor_seconds": floor, "x_floor": t / floor,
-                     "forward_seconds": None, "x_forward": None})
-        print(f"  S={S:<5} {'attnlab.attention_backward':<58} {t:8.3f} s", flush=True)
+        rows.append({"S": S, "implementation": "attnlab.attention_backward", **row, "peak_bytes": peak_bytes(plain),
+                     "max_error": err, "max_relative_error": err / scale_ref, "forward_seconds": None,
+                     "x_forward": None})
+        print(f"  S={S:<5} {'attnlab.attention_backward':<58} {row['seconds']:8.3f} s", flush=True)
     return rows
 
 
@@ -297,16 +360,13 @@ def default_coretypes() -> list[str]:
 
 def measure(args) -> dict:
     """Everything that depends on the sgemm kernel, in this process: rates, forward and backward passes."""
-    # np.exp's rate first: OpenBLAS's threads keep polling for work for a while after a multi-threaded sgemm before
-    # they sleep (its THREAD_TIMEOUT), and an exp measured then shares the cores with them (measured here: 0.42-0.44
-    # G exps/s right after the sgemm, 0.61-0.64 alone). The same pause before the contenders.
-    ex, mm = exp_rate_per_core(args.repeats), matmul_rate(args.repeats)
-    time.sleep(0.5)
-    print(f"[{blas_kernel()}] float32 matmul rate (all cores): {mm / 1e9:.1f} GFLOP/s;  "
-          f"np.exp rate: {ex / 1e9:.2f} G exps/s per core", flush=True)
-    rows = bench_attention(args.sizes, args.repeats, mm, ex)
-    backward = bench_backward(args.backward_sizes, args.repeats, args.plain_backward_max, mm, ex)
-    return {"kernel": blas_kernel(), "matmul_gflops": mm / 1e9, "exp_per_core_per_second": ex,
+    floor = Floor(args.repeats)
+    print(f"[{blas_kernel()}] float32 matmul rate (all cores): {floor.mm_rate / 1e9:.1f} GFLOP/s;  "
+          f"np.exp rate: {floor.exp_rate / 1e9:.2f} G exps/s per core", flush=True)
+    rows = bench_attention(args.sizes, args.repeats, floor)
+    backward = bench_backward(args.backward_sizes, args.repeats, args.plain_backward_max, floor)
+    return {"kernel": blas_kernel(), "matmul_gflops": floor.mm_rate / 1e9, "exp_per_core_per_second": floor.exp_rate,
+            "matmul_gflops_range": [min(floor.mm_rates) / 1e9, max(floor.mm_rates) / 1e9],
             "attention": rows, "backward": backward}
 
 
@@ -332,6 +392,8 @@ def measure_kernels(args) -> list[dict]:
         label = "default" if ct == "default" else f"forced {ct}"
         out.append({"coretype": label, "kernel": parts[0]["kernel"],
                     "matmul_gflops": statistics.median(p["matmul_gflops"] for p in parts),
+                    "matmul_gflops_range": [min(p["matmul_gflops_range"][0] for p in parts),
+                                            max(p["matmul_gflops_range"][1] for p in parts)],
                     "exp_per_core_per_second": statistics.median(p["exp_per_core_per_second"] for p in parts),
                     "attention": [r for p in parts for r in p["attention"]],
                     "backward": [r for p in parts for r in p["backward"]]})
@@ -414,8 +476,9 @@ def main(argv=None) -> int:
         print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
               f"{x_fwd:>6} {r['peak_bytes'] / 2**20:9.1f} {r['max_error']:9.1e} {r['max_relative_error']:9.1e}")
     for k in kernels:
-        print(f"\n{k['kernel']} ({k['coretype']}): float32 matmul {k['matmul_gflops']:.1f} GFLOP/s (all cores), "
-              f"np.exp {k['exp_per_core_per_second'] / 1e9:.2f} G/s per core")
+        lo, hi = k["matmul_gflops_range"]
+        print(f"\n{k['kernel']} ({k['coretype']}): float32 matmul {k['matmul_gflops']:.1f} GFLOP/s (all cores; "
+              f"{lo:.0f}-{hi:.0f} over its readings), np.exp {k['exp_per_core_per_second'] / 1e9:.2f} G/s per core")
     print("\nx floor under each sgemm kernel, side by side (each kernel's floor from its own matmul rate):\n")
     x_floor_table("forward", kernels, "attention")
     print()
