@@ -252,6 +252,24 @@ def test_the_live_text_cache_draws_a_string_from_memory_as_it_drew_it_first(clos
     assert first[..., :3].min() < 64, "text was drawn at all"
 
 
+@pytest.mark.parametrize("family", ["DejaVu Sans", "DejaVu Serif", "monospace"])
+def test_the_live_text_cache_lays_out_text_as_matplotlib_does(close_figures, family):
+    """The font line metrics the cache keeps per font give every text the layout matplotlib computes itself, to the
+    bit, whatever the font, size, weight, line count and resolution."""
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    from attnlab.widgets import _TextCache
+
+    for dpi in (72, 100):
+        fig = close_figures.figure(dpi=dpi)
+        plain, cached = RendererAgg(200, 100, dpi), RendererAgg(200, 100, dpi)
+        _TextCache(cached).install()
+        for size, weight, text in ((7, "normal", "x"), (10, "bold", "two\nlines"), (15.5, "light", "Qp (±1.5)")):
+            t = fig.text(0.1, 0.5, text, family=family, size=size, weight=weight)
+            assert repr(t._get_layout(cached)) == repr(t._get_layout(plain)), (family, dpi, size, weight)
+        assert len(cached.attnlab_text_cache.heights) == 3
+
+
 def test_the_live_text_cache_draws_in_the_colour_of_the_moment(close_figures):
     fig = _texts_figure(close_figures)
     canvas, _ = _draw_with_text_cache(fig)  # recorded in black
@@ -444,6 +462,33 @@ def test_a_step_replaces_the_picture_and_displays_nothing_new(recorder, monkeypa
     monkeypatch.setattr(ex, "draw", recorder)
     ex.update(n=8)
     assert shown[-1] is ex.picture and recorder.calls[-1]["n"] == 8
+
+
+def test_a_step_with_the_picture_on_show_skips_interactives_output(recorder, monkeypatch):
+    """interactive would run every step inside its Output widget (capture on and off, clear, four flushes of stdout
+    and stderr); a step that only swaps the picture draws outside it. A draw that fails, or that returns no figure,
+    runs again inside it, so that the output shows the traceback or the result, as interactive does."""
+    ex = explorer(recorder, n=(1, 10, 1), alt="A small empty figure, one per step of n.")
+    entered = []
+    monkeypatch.setattr(type(ex.widget.out), "__enter__", lambda out: entered.append(out))
+    monkeypatch.setattr(type(ex.widget.out), "__exit__", lambda out, *exc: None)
+    ex.update(n=6)
+    assert entered == [] and recorder.calls[-1]["n"] == 6 and ex._last_values["n"] == 6
+
+    def fails(**values):
+        recorder.calls.append(values)
+        raise ZeroDivisionError
+
+    monkeypatch.setattr(ex, "draw", fails)
+    ex.update(n=7)
+    assert entered == [ex.widget.out] and [c["n"] for c in recorder.calls[-2:]] == [7, 7], "drawn again inside"
+    monkeypatch.setattr(ex, "draw", recorder)
+    ex.update(n=8)  # the picture comes back through the output, once
+    ex.update(n=9)
+    assert len(entered) == 2 and [c["n"] for c in recorder.calls[-2:]] == [8, 9]
+    monkeypatch.setattr(ex, "draw", lambda **values: f"n is {values['n']}")
+    ex.update(n=3)
+    assert len(entered) == 3, "a result that is no figure is shown by interactive, in the output"
 
 
 def test_every_control_of_an_explorer_has_a_name(recorder):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import inspect
 import io
 import types
@@ -149,18 +150,35 @@ class _TextCache:
         self.renderer = renderer
         self.draw_uncached = renderer.draw_text
         self.strings = {}
+        self.heights = {}
 
     def install(self):
         self.renderer.draw_text = self.draw_text
+        # matplotlib asks a renderer that has this method for a font's line metrics instead of looking the font up
+        # and reading its tables for every text at every draw (Text._get_layout; a tenth of a step of 02's explorer)
+        self.renderer._get_font_height_metrics = self.font_height_metrics
         self.renderer.attnlab_text_cache = self
+
+    @staticmethod
+    def font_key(prop) -> tuple:
+        """What FontProperties hashes, as a key that does not change when ``prop`` is changed later."""
+        return (tuple(prop.get_family()), prop.get_style(), prop.get_variant(), prop.get_weight(), prop.get_stretch(),
+                prop.get_size_in_points(), prop.get_file(), prop.get_math_fontfamily())
+
+    def font_height_metrics(self, prop) -> tuple:
+        """``(ascent, descent, line gap)`` in pixels of the font ``prop``, read once per font, size and resolution,
+        with matplotlib's own arithmetic (``Text._get_layout``, 3.11), so that the layout is the same to the bit."""
+        key = (self.font_key(prop), self.renderer.dpi)
+        metrics = self.heights.get(key)
+        if metrics is None:
+            metrics = self.heights[key] = _font_height_metrics(prop, self.renderer.dpi)
+        return metrics
 
     def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
         if ismath:  # math text goes through another path of Agg's, uncached
             return self.draw_uncached(gc, x, y, s, prop, angle, ismath, mtext)
         x, y = round(x), round(y)
-        font = (tuple(prop.get_family()), prop.get_style(), prop.get_variant(), prop.get_weight(), prop.get_stretch(),
-                prop.get_size_in_points(), prop.get_file(), prop.get_math_fontfamily())  # what FontProperties hashes
-        key = (s, font, angle, gc.get_antialiased(), self.renderer.dpi,
+        key = (s, self.font_key(prop), angle, gc.get_antialiased(), self.renderer.dpi,
                repr(mtext.get_fontfeatures()) if mtext is not None else None,
                mtext.get_language() if mtext is not None else None)
         glyphs = self.strings.get(key)
@@ -193,6 +211,23 @@ class _TextCache:
         finally:
             self.renderer._renderer = agg
         return glyphs
+
+
+def _font_height_metrics(prop, dpi: float) -> tuple:
+    """matplotlib's reading of a font's line metrics in ``Text._get_layout``: the OS/2 table's typographic ascender,
+    descender and line gap, else the hhea table's, scaled to pixels; ``(None, None, None)`` when the font has neither,
+    and matplotlib then measures the font itself."""
+    from matplotlib.font_manager import fontManager, get_font
+
+    font = get_font(fontManager._find_fonts_by_props(prop))
+    for table_name, linegap_key, ascent_key, descent_key in (
+            ("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"), ("hhea", "lineGap", "ascent", "descent")):
+        table = font.get_sfnt_table(table_name)
+        if table is None:
+            continue
+        scale = 1 / font.get_sfnt_table("head")["unitsPerEm"] * prop.get_size_in_points() * dpi / 72
+        return table[ascent_key] * scale, -table[descent_key] * scale, table[linegap_key] * scale
+    return None, None, None
 
 
 class _LiveCanvas:
@@ -253,6 +288,37 @@ def _recompressed(png: bytes) -> str:
     return base64.b64encode(out.getvalue()).decode("ascii")
 
 
+@functools.cache
+def _interactive_class():
+    """``ipywidgets.interactive``, whose steps skip its output once the explorer's picture is on show.
+
+    ``interactive`` runs every step inside its ``Output`` widget: it tells the frontend to capture the step's messages
+    and to stop, clears the output, and flushes stdout and stderr on the way in and out, each flush a round trip to the
+    kernel's I/O thread (measured: 12 flushes a step for 04's explorer, about 9 ms of its 50-75). A step that only swaps
+    the picture needs none of that, so it draws directly (``Explorer._step``). The first picture, a draw that raises
+    and a draw that returns something else than a figure still go through ``interactive`` (the draw runs again there):
+    its output shows the traceback, or the result, as before.
+    """
+    import ipywidgets
+
+    class Interactive(ipywidgets.interactive):
+        explorer = None  # set once built: interactive draws the first picture in __init__, through its output
+
+        def update(self, *args):
+            ex = self.explorer
+            if ex is not None and ex._picture_shown:
+                self.kwargs = {w._kwarg: w.get_interact_value() for w in self.kwargs_widgets}
+                try:
+                    if ex._step(self.kwargs):
+                        return
+                except Exception:
+                    pass  # drawn again below, in the output, which shows the traceback
+                ex._picture_shown = False
+            super().update(*args)
+
+    return Interactive
+
+
 class Explorer:
     """The object :func:`explorer` returns; display it (last line of a cell) to show it.
 
@@ -300,7 +366,8 @@ class Explorer:
         self._has_sliders = any(getattr(c, "_view_name", "").endswith("SliderView") for c in made.values())
         # the picture: an HTML widget whose value is replaced at each step (see _show)
         self.picture = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%", margin="0"))
-        self.widget = ipywidgets.interactive(self._show, **made)
+        self.widget = _interactive_class()(self._show, **made)
+        self.widget.explorer = self
         self.widget.add_class(CSS_CLASS)
         self.defaults = dict(self.widget.kwargs)
 
@@ -328,6 +395,7 @@ class Explorer:
         return self.draw(**values, view=view) if self.live else self.draw(**values)
 
     def _show(self, **values):
+        """``interactive``'s function, run inside its output: draw, and show the picture (or what draw returned)."""
         from IPython.display import display
 
         if self._held and self._last is not None:
@@ -341,27 +409,44 @@ class Explorer:
             self._picture_shown = False
             display(result)
             return
-        import matplotlib.pyplot as plt
-
-        plt.close(result)  # shown inside the explorer only, not again at the end of the cell
-        if self.live and result is not self.view.fig:
-            self._picture_shown = False
-            raise ValueError("a draw with a view must build view.fig once and return it, got another figure")
-        # rendered here rather than by IPython: one draw (no tight-bbox pass), partial when the figure persists
-        canvas = self._canvas if self.live else _LiveCanvas()
-        self._last = canvas.png(result)
-        self._last_values = dict(values)
-        data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
+        data, metadata = self._picture_of(result, values)
         if self.picture is None:  # no ipywidgets (only a direct call gets here): the picture as an output
             display(data, raw=True, metadata=metadata)
             return
-        # as wide as the output at most, like a picture in an output area (a wider one would make it scroll)
-        self.picture.value = data["text/html"].replace("<img ", f'<img style="{PICTURE_STYLE}" ', 1)
         if not self._picture_shown:
             if self._has_sliders:  # no text/plain: a frontend that runs no scripts shows nothing
                 display({"application/javascript": NAME_SLIDERS_JS}, raw=True)
             display(self.picture)
             self._picture_shown = True
+
+    def _step(self, values: dict) -> bool:
+        """A step while the picture is on show, outside ``interactive``'s output: draw and swap the picture. False,
+        with nothing shown, when draw returned no figure."""
+        if self._held and self._last is not None:
+            return True
+        result = self._call(values, self.view)
+        if not _is_figure(result):
+            return False
+        self._picture_of(result, values)
+        return True
+
+    def _picture_of(self, fig, values: dict) -> tuple[dict, dict]:
+        """Render ``fig`` (closed: it is shown inside the explorer only) and put it in the picture widget; its bundle."""
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)  # not shown again at the end of the cell
+        if self.live and fig is not self.view.fig:
+            self._picture_shown = False
+            raise ValueError("a draw with a view must build view.fig once and return it, got another figure")
+        # rendered here rather than by IPython: one draw (no tight-bbox pass), partial when the figure persists
+        canvas = self._canvas if self.live else _LiveCanvas()
+        self._last = canvas.png(fig)
+        self._last_values = dict(values)
+        data, metadata = self._bundle(base64.b64encode(self._last).decode("ascii"), values)
+        if self.picture is not None:
+            # as wide as the output at most, like a picture in an output area (a wider one would make it scroll)
+            self.picture.value = data["text/html"].replace("<img ", f'<img style="{PICTURE_STYLE}" ', 1)
+        return data, metadata
 
     @contextlib.contextmanager
     def hold(self):
