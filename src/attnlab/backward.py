@@ -260,16 +260,21 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
         K_j, V_j = k_[idx][j0:j1], v_[idx][j0:j1]  # (Bc, D), (Bc, Dv)
         K_js = K_j * dtype.type(scale)  # the scale goes on the (Bc, D) keys once, not on every (Br, D) query block
         dK_j, dV_j = np.zeros((j1 - j0, D), dtype=dtype), np.zeros((j1 - j0, Dv), dtype=dtype)
-        visits = []  # the query blocks that see this key block, with what each may attend
-        for i0, i1 in query_blocks(j0, T, S, Br, causal):
-            allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
-            if allowed is None or allowed.any():  # else the forward skipped this tile: it has no gradient
-                visits.append((i0, i1, allowed))
+
+        def visits():
+            """The query blocks ``(i0, i1, allowed)`` that see this key block; the tiles the forward skipped have no
+            gradient."""
+            for i0, i1 in query_blocks(j0, T, S, Br, causal):
+                allowed = tile_mask(None if gmask is None else gmask[idx], causal, T, S, i0, i1, j0, j1)  # (G, Br, Bc)
+                if allowed is None or allowed.any():
+                    yield i0, i1, allowed
+
         if fast:
-            _key_block_fast(Qg[idx], dOg[idx], minus_L[idx], minus_D[idx], K_j, K_js, V_j, dK_j, dV_j, dQ, visits)
+            _key_block_fast(Qg[idx], dOg[idx], minus_L[idx], minus_D[idx], K_j, K_js, V_j, dK_j, dV_j, dQ, visits(),
+                            min(Br, T))
         else:
             tile = np.empty((2, G, min(Br, T), j1 - j0), dtype=dtype)  # the tiles of P_ij and dS_ij, reused
-            for i0, i1, allowed in visits:
+            for i0, i1, allowed in visits():
                 Q_i, dO_i = Qg[idx][:, i0:i1], dOg[idx][:, i0:i1]  # (G, Br, D), (G, Br, Dv)
                 S_ij = np.matmul(Q_i, K_js.T, out=tile[0, :, : i1 - i0])  # S_ij = Q_i K_jᵀ · scale  (G, Br, Bc)
                 mask_inplace(S_ij, allowed)
@@ -319,22 +324,22 @@ def tiled_attention_backward(q, k, v, out, dout, lse, mask=None, *, causal: bool
 # which saves two of the tile's four element-wise passes.
 
 
-def _key_block_fast(Q, dO, minus_L, minus_D, K_j, K_js, V_j, dK_j, dV_j, dQ, visits):
+def _key_block_fast(Q, dO, minus_L, minus_D, K_j, K_js, V_j, dK_j, dV_j, dQ, visits, Br: int):
     """dK_j, dV_j and the share of dQ of one block of keys ``K_j (Bc, D)`` (``K_js`` scaled) of one key/value head,
-    added into ``dK_j, dV_j`` and ``dQ (G, T, D)``, over the query blocks ``visits (i0, i1, allowed)`` that see it
-    (that head's ``Q (G, T, D)``, ``dO (G, T, Dv)``, ``minus_L, minus_D (G, T, 1)``)."""
+    added into ``dK_j, dV_j`` and ``dQ (G, T, D)``, over the query blocks ``visits (i0, i1, allowed)`` of at most
+    ``Br`` rows that see it (that head's ``Q (G, T, D)``, ``dO (G, T, Dv)``, ``minus_L, minus_D (G, T, 1)``)."""
     G, _, D = Q.shape
     Bc, Dv = V_j.shape
     K1, V1 = with_ones(K_js), with_ones(V_j)  # [K_j · scale, 1], [V_j, 1]
-    Br = max((i1 - i0 for i0, i1, _ in visits), default=0)
     Q1 = np.empty((G * Br, D + 1), dtype=K_j.dtype)  # [Q_i, -L_i], the G heads' rows one after another
     dO1 = np.empty((G * Br, Dv + 1), dtype=K_j.dtype)  # [dO_i, -D_i]
     tile = np.empty((2, Bc, G * Br), dtype=K_j.dtype)  # P_ijᵀ and dS_ijᵀ, reused
     for i0, i1, allowed in visits:
         n = i1 - i0
         Q1_i, dO1_i = Q1[: G * n], dO1[: G * n]  # (G·Br, D + 1), (G·Br, Dv + 1)
-        Q1_i.reshape(G, n, D + 1)[...] = np.concatenate([Q[:, i0:i1], minus_L[:, i0:i1]], axis=-1)
-        dO1_i.reshape(G, n, Dv + 1)[...] = np.concatenate([dO[:, i0:i1], minus_D[:, i0:i1]], axis=-1)
+        Q1_g, dO1_g = Q1_i.reshape(G, n, D + 1), dO1_i.reshape(G, n, Dv + 1)  # the same memory, head by head
+        Q1_g[..., :D], Q1_g[..., D:] = Q[:, i0:i1], minus_L[:, i0:i1]
+        dO1_g[..., :Dv], dO1_g[..., Dv:] = dO[:, i0:i1], minus_D[:, i0:i1]
         S_T = np.matmul(K1, Q1_i.T, out=tile[0, :, : G * n])  # (S_ij - L_i)ᵀ  (Bc, G·Br)
         mask_inplace(S_T.reshape(Bc, G, n).transpose(1, 2, 0), allowed)
         P_T = np.exp(S_T, out=S_T)  # P_ijᵀ
