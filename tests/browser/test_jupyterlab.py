@@ -3,8 +3,8 @@
 nbval proves the kernel side; these tests check what a learner sees: "Run all" finishes without error outputs, no widget
 shows "Error displaying widget", every explorer renders, and moving one control of each explorer changes what it shows.
 Screenshots go to ``artifacts/screenshots/`` (git ignores it) and the update times to ``artifacts/explorer_timings.json``:
-each explorer of a solution notebook (and of 00) is moved ``STEPS`` times, back and forth, and its median and max are
-reported (learner notebooks share their explorers' code, so one move each checks that they work; one learner
+each explorer of a solution notebook (and of 00) is moved ``STEPS`` times, back and forth, each move timed in the page
+from the control's release to the frame that shows the new picture, and its median and max are reported (learner notebooks share their explorers' code, so one move each checks that they work; one learner
 notebook runs here, all of them under nbval).
 
 The learner notebooks are run by ``test_jupyterlab_learner.py``: a module of its own, so that pytest-xdist's
@@ -14,7 +14,6 @@ The learner notebooks are run by ``test_jupyterlab_learner.py``: a module of its
 from __future__ import annotations
 
 import statistics
-import time
 
 import pytest
 
@@ -83,38 +82,73 @@ def _full_screenshot(page, path) -> None:
 
 
 def _explorer_view(explorer) -> str:
-    """What an explorer currently shows: its images' sources and its output text."""
-    return explorer.evaluate("""e => {
-      const out = e.querySelector('.widget-output') || e;
-      return Array.from(out.querySelectorAll('img')).map(i => i.src.slice(-200)).join('|') + '#' + out.innerText;
-    }""")
+    """What an explorer (a locator or an element handle) currently shows: its images' sources and its output text."""
+    return explorer.evaluate(_VIEW_JS)
 
 
-def _drive(page, explorer) -> tuple[str, float]:
-    """Move one control the way a learner would; return what was done and when it was let go (perf_counter)."""
+_VIEW_JS = """e => {
+  const out = e.querySelector('.widget-output') || e;
+  return Array.from(out.querySelectorAll('img')).map(i => i.src.slice(-200)).join('|') + '#' + out.innerText;
+}"""
+
+
+# The time a learner waits is measured in the page, from the event that lets the control go (pointerup, or change for
+# a dropdown) to the first animation frame after the explorer's output last changed: what the browser paints next.
+# Python's own clock would start late, when Playwright's mouse.up returns, which is after the page has handled the
+# release (a style recalculation of the whole notebook there, 50-60 ms in a trace of 06, that the learner waits for
+# too) and would end late, when a poll from Python sees the new picture.
+_ARM_JS = """e => {
+  if (!e.attnlabTiming) {
+    const out = e.querySelector('.widget-output') || e;
+    const timing = e.attnlabTiming = {};
+    new MutationObserver(() => {
+      const at = performance.now();
+      timing.changed = at;
+      requestAnimationFrame(() => { if (timing.changed === at) timing.frame = performance.now(); });
+    }).observe(out, {subtree: true, childList: true, characterData: true, attributes: true});
+    for (const type of ['pointerup', 'change'])
+      document.addEventListener(type, () => { if (timing.armed && timing.release === null) timing.release = performance.now(); }, true);
+  }
+  Object.assign(e.attnlabTiming, {armed: true, release: null, changed: null, frame: null});
+}"""
+_WAITED_JS = """e => { const t = e.attnlabTiming; t.armed = false;
+  return t.release === null || t.frame === null ? null : Math.max(0, t.frame - t.release); }"""
+
+
+def _drive(page, explorer, arm=lambda: None) -> str:
+    """Move one control the way a learner would, calling ``arm()`` just before letting it go; return what was done.
+
+    Everything the move needs from the page is read before the control is let go: finding an element by a selector
+    makes Playwright search the whole notebook's DOM on the page's main thread (a JavaScript profile of 06's explorer:
+    10-15 ms a search), which would hold up the reply and the new picture being timed."""
     slider = explorer.locator(".noUi-handle").first
     if slider.count():
         box = slider.bounding_box()
         track = explorer.locator(".noUi-target").first.bounding_box()
+        label = explorer.locator(".widget-slider .widget-label").first
+        action = f"dragged slider {label.inner_text() if label.count() else ''}".strip()
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         page.mouse.down()
         target_x = track["x"] + track["width"] * (0.85 if box["x"] < track["x"] + track["width"] / 2 else 0.15)
         page.mouse.move(target_x, box["y"] + box["height"] / 2, steps=8)
+        arm()
         page.mouse.up()
-        released = time.perf_counter()
-        label = explorer.locator(".widget-slider .widget-label").first
-        return f"dragged slider {label.inner_text() if label.count() else ''}".strip(), released
+        return action
     select = explorer.locator("select").first
     if select.count():
         options = select.locator("option").all_inner_texts()
         current = select.input_value()
         choice = next(o for o in options if o != current)
-        select.select_option(label=choice)
-        return f"picked {choice!r}", time.perf_counter()
+        handle = select.element_handle()
+        arm()
+        handle.select_option(label=choice)
+        return f"picked {choice!r}"
     checkbox = explorer.locator("input[type=checkbox]").first
     if checkbox.count():
-        checkbox.click()
-        return "toggled checkbox", time.perf_counter()
+        handle = checkbox.element_handle()
+        arm()
+        handle.click()
+        return "toggled checkbox"
     raise AssertionError("explorer has no slider, dropdown or checkbox to drive")
 
 
@@ -163,15 +197,18 @@ def _check_notebook(page, relpath, state, timings):
                                arg=explorer.element_handle(), timeout=UPDATE_TIMEOUT_MS)
         explorer.screenshot(path=str(shots / f"{stem}__explorer{n}_before.png"))
         steps = []
+        handle = explorer.element_handle()  # found once: the wait below must not search the page (see _drive)
         for step in range(STEPS if relpath.startswith(("solutions/", "00_")) else 1):
-            before = _explorer_view(explorer)
-            action, released = _drive(page, explorer)
-            page.wait_for_function("([e, before]) => { const out = e.querySelector('.widget-output') || e;"
-                                   " const now = Array.from(out.querySelectorAll('img')).map(i => i.src.slice(-200))"
-                                   ".join('|') + '#' + out.innerText; return now !== before && !now.startsWith('#'); }",
-                                   arg=[explorer.element_handle(), before], timeout=UPDATE_TIMEOUT_MS, polling=20)
-            steps.append(round(time.perf_counter() - released, 3))  # from letting go: a slider acts on release
-            _wait_idle(page)  # the next move starts from a quiet kernel
+            before = _explorer_view(handle)
+            action = _drive(page, explorer, arm=lambda: handle.evaluate(_ARM_JS))
+            page.wait_for_function(f"([e, before]) => {{ const now = ({_VIEW_JS})(e);"
+                                   " return now !== before && !now.startsWith('#'); }",
+                                   arg=[handle, before], timeout=UPDATE_TIMEOUT_MS, polling=20)
+            _wait_idle(page)  # the next move starts from a quiet kernel (an explorer may redraw more than once)
+            page.wait_for_timeout(50)  # and the last picture's frame has come
+            waited = handle.evaluate(_WAITED_JS)
+            assert waited is not None, f"{relpath}: explorer {n}: no release or no new picture seen after: {action}"
+            steps.append(round(waited / 1000, 3))
             assert _explorer_view(explorer) != before, f"{relpath}: explorer {n} did not change after: {action}"
             if step == 0:
                 page.wait_for_timeout(200)
