@@ -97,20 +97,21 @@ _VIEW_JS = """e => {
 # Python's own clock would start late, when Playwright's mouse.up returns, which is after the page has handled the
 # release (a style recalculation of the whole notebook there, 50-60 ms in a trace of 06, that the learner waits for
 # too) and would end late, when a poll from Python sees the new picture.
-_ARM_JS = """e => {
-  if (!e.attnlabTiming) {
-    const out = e.querySelector('.widget-output') || e;
-    const timing = e.attnlabTiming = {};
-    new MutationObserver(() => {
-      const at = performance.now();
-      timing.changed = at;
-      requestAnimationFrame(() => { if (timing.changed === at) timing.frame = performance.now(); });
-    }).observe(out, {subtree: true, childList: true, characterData: true, attributes: true});
-    for (const type of ['pointerup', 'change'])
-      document.addEventListener(type, () => { if (timing.armed && timing.release === null) timing.release = performance.now(); }, true);
-  }
-  Object.assign(e.attnlabTiming, {armed: true, release: null, changed: null, frame: null});
+_TIMING_JS = """e => {
+  if (e.attnlabTiming) return;
+  const out = e.querySelector('.widget-output') || e;
+  const timing = e.attnlabTiming = {armed: false, release: null, changed: null, frame: null};
+  new MutationObserver(() => {
+    const at = performance.now();
+    timing.changed = at;
+    requestAnimationFrame(() => { if (timing.changed === at) timing.frame = performance.now(); });
+  }).observe(out, {subtree: true, childList: true, characterData: true, attributes: true});
+  for (const type of ['pointerup', 'change'])
+    document.addEventListener(type, () => { if (timing.armed && timing.release === null) timing.release = performance.now(); }, true);
 }"""
+_ARM_JS = "e => { Object.assign(e.attnlabTiming, {armed: true, release: null}); }"
+# An explorer whose slider redraws while it is dragged (continuous_update) may show its last picture before the
+# release: the learner then waits for nothing, 0 ms.
 _WAITED_JS = """e => { const t = e.attnlabTiming; t.armed = false;
   return t.release === null || t.frame === null ? null : Math.max(0, t.frame - t.release); }"""
 
@@ -198,6 +199,7 @@ def _check_notebook(page, relpath, state, timings):
         explorer.screenshot(path=str(shots / f"{stem}__explorer{n}_before.png"))
         steps = []
         handle = explorer.element_handle()  # found once: the wait below must not search the page (see _drive)
+        handle.evaluate(_TIMING_JS)  # watches the output from now on
         for step in range(STEPS if relpath.startswith(("solutions/", "00_")) else 1):
             before = _explorer_view(handle)
             action = _drive(page, explorer, arm=lambda: handle.evaluate(_ARM_JS))
