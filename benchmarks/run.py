@@ -73,27 +73,6 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def matmul_rate(repeats: int, best=False) -> float:
-    """FLOP/s of a large float32 matmul on all cores."""
-    rng = np.random.default_rng(0)
-    n = 4096
-    a, b = rng.standard_normal((2, n, n), dtype=np.float32)
-    return 2 * n**3 / median_time(lambda: a @ b, repeats, best)
-
-
-def exp_rate_per_core(repeats: int, best=False) -> float:
-    """exps per second of np.exp on one core (numpy's exp is single-threaded), on cache-resident float32 blocks."""
-    x = np.random.default_rng(0).standard_normal(1 << 16, dtype=np.float32)
-    out = np.empty_like(x)
-    loops = 256
-
-    def run():
-        for _ in range(loops):
-            np.exp(x, out=out)
-
-    return x.size * loops / median_time(run, repeats, best)
-
-
 class Floor:
     """The two limits a pass cannot beat, this machine's float32 matmul rate (all cores) and its np.exp rate (per
     core), measured once more before and after every contender's timings.
@@ -103,17 +82,37 @@ class Floor:
     measured around them (``in_block``). ``np.exp`` is measured before the matmul, and 0.5 s after anything else:
     OpenBLAS's threads keep polling for work for a while after a multi-threaded sgemm before they sleep (its
     THREAD_TIMEOUT), and anything measured then shares the cores with them (measured here: np.exp at 0.42-0.44 G
-    exps/s right after the sgemm, 0.61-0.64 alone).
+    exps/s right after the sgemm, 0.61-0.64 alone). The operands are made once: a reading allocates nothing.
     """
 
+    N = 4096  # the matmul is N x N by N x N
+    EXP_LOOPS = 256  # np.exp over 2^16 cache-resident floats, this many times
+
     def __init__(self, repeats: int):
-        self.exp_rates, self.mm_rates = [exp_rate_per_core(repeats)], [matmul_rate(repeats)]
+        rng = np.random.default_rng(0)
+        self.a, self.b = rng.standard_normal((2, self.N, self.N), dtype=np.float32)
+        self.product = np.empty_like(self.a)
+        self.x = rng.standard_normal(1 << 16, dtype=np.float32)
+        self.exps = np.empty_like(self.x)
+        self.exp_rates, self.mm_rates = [self.exp_rate_per_core(repeats)], [self.matmul_rate(repeats)]
+
+    def matmul_rate(self, repeats: int, best=False) -> float:
+        """FLOP/s of a large float32 matmul on all cores."""
+        return 2 * self.N**3 / median_time(lambda: np.matmul(self.a, self.b, out=self.product), repeats, best)
+
+    def exp_rate_per_core(self, repeats: int, best=False) -> float:
+        """exps per second of np.exp on one core (numpy's exp is single-threaded), on cache-resident float32 blocks."""
+        def run():
+            for _ in range(self.EXP_LOOPS):
+                np.exp(self.x, out=self.exps)
+
+        return self.x.size * self.EXP_LOOPS / median_time(run, repeats, best)
 
     def measure(self) -> tuple[float, float]:
         """One more reading of both rates, each the faster of two runs: (matmul FLOP/s, exps per second per core)."""
         time.sleep(0.5)
-        self.exp_rates.append(exp_rate_per_core(1, best=True))
-        self.mm_rates.append(matmul_rate(1, best=True))
+        self.exp_rates.append(self.exp_rate_per_core(1, best=True))
+        self.mm_rates.append(self.matmul_rate(1, best=True))
         time.sleep(0.5)
         return self.mm_rates[-1], self.exp_rates[-1]
 
