@@ -4,8 +4,9 @@ nbval proves the kernel side; these tests check what a learner sees: "Run all" f
 shows "Error displaying widget", every explorer renders, and moving one control of each explorer changes what it shows.
 Screenshots go to ``artifacts/screenshots/`` (git ignores it) and the update times to ``artifacts/explorer_timings.json``:
 each explorer of a solution notebook (and of 00) is moved ``STEPS`` times, back and forth, each move timed in the page
-from the control's release to the frame that shows the new picture, and its median and max are reported (learner notebooks share their explorers' code, so one move each checks that they work; one learner
-notebook runs here, all of them under nbval).
+from the control's release to the frame that shows the new picture, and its median and max are reported (learner
+notebooks share their explorers' code, so one move each checks that they work; one learner notebook runs here, all of
+them under nbval).
 
 The learner notebooks are run by ``test_jupyterlab_learner.py``: a module of its own, so that pytest-xdist's
 ``--dist loadscope`` can give the two halves of the suite to different workers.
@@ -106,8 +107,8 @@ _TIMING_JS = """e => {
     timing.changed = at;
     requestAnimationFrame(() => { if (timing.changed === at) timing.frame = performance.now(); });
   }).observe(out, {subtree: true, childList: true, characterData: true, attributes: true});
-  for (const type of ['pointerup', 'change'])
-    document.addEventListener(type, () => { if (timing.armed && timing.release === null) timing.release = performance.now(); }, true);
+  const release = () => { if (timing.armed && timing.release === null) timing.release = performance.now(); };
+  for (const type of ['pointerup', 'change']) document.addEventListener(type, release, true);
 }"""
 _ARM_JS = "e => { Object.assign(e.attnlabTiming, {armed: true, release: null}); }"
 # An explorer whose slider redraws while it is dragged (continuous_update) may show its last picture before the
@@ -193,12 +194,12 @@ def _check_notebook(page, relpath, state, timings):
     for n in range(explorers.count()):
         explorer = explorers.nth(n)
         explorer.scroll_into_view_if_needed()
+        handle = explorer.element_handle()  # found once: the waits below must not search the page (see _drive)
         page.wait_for_function("e => e.querySelector('.widget-output img') || "
                                "(e.querySelector('.widget-output') && e.querySelector('.widget-output').innerText.trim())",
-                               arg=explorer.element_handle(), timeout=UPDATE_TIMEOUT_MS)
+                               arg=handle, timeout=UPDATE_TIMEOUT_MS)
         explorer.screenshot(path=str(shots / f"{stem}__explorer{n}_before.png"))
         steps = []
-        handle = explorer.element_handle()  # found once: the wait below must not search the page (see _drive)
         handle.evaluate(_TIMING_JS)  # watches the output from now on
         for step in range(STEPS if relpath.startswith(("solutions/", "00_")) else 1):
             before = _explorer_view(handle)
@@ -211,7 +212,7 @@ def _check_notebook(page, relpath, state, timings):
             waited = handle.evaluate(_WAITED_JS)
             assert waited is not None, f"{relpath}: explorer {n}: no release or no new picture seen after: {action}"
             steps.append(round(waited / 1000, 3))
-            assert _explorer_view(explorer) != before, f"{relpath}: explorer {n} did not change after: {action}"
+            assert _explorer_view(handle) != before, f"{relpath}: explorer {n} did not change after: {action}"
             if step == 0:
                 page.wait_for_timeout(200)
                 explorer.screenshot(path=str(shots / f"{stem}__explorer{n}_after.png"))
