@@ -445,7 +445,8 @@ class Explorer:
         return True
 
     def _picture_of(self, fig, values: dict) -> tuple[dict, dict]:
-        """Render ``fig`` (closed: it is shown inside the explorer only) and put it in the picture widget; its bundle."""
+        """Render ``fig`` (closed: it is shown inside the explorer only), put it in the picture widget, return its
+        bundle."""
         import matplotlib.pyplot as plt
 
         plt.close(fig)  # not shown again at the end of the cell
