@@ -198,13 +198,14 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
                 visited[i0 // Br, j0 // Bc] = True
             yield j0, j1, allowed
 
-    def row_block(idx, i0, i1, K1=None, V1T=None):
+    def row_block(idx, i0, i1, K1=None, V1=None):
         """Rows i0:i1 of the output of one key/value head (and its G query heads); through the fast path when given
-        that head's keys and values with a column of ones, ``K1 (S, D + 1)`` and ``V1T (Dv + 1, S)`` (transposed)."""
-        Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
+        that head's keys and values with a column of ones, ``K1 (S, D + 1)`` and ``V1 (S, Dv + 1)``."""
         if K1 is not None:
-            m, l, acc = _lazy_online_softmax(Q_i, K1, V1T, tiles(idx, i0, i1), min(Bc, S))
+            m, l, acc = _lazy_online_softmax(qg[idx][:, i0:i1], dtype.type(scale), K1, V1, tiles(idx, i0, i1),
+                                             min(Bc, S))
         else:
+            Q_i = qg[idx][:, i0:i1].astype(dtype) * dtype.type(scale)  # (G, Br, D)
             K, V = k[idx], v[idx]  # (S, D), (S, Dv)
             m = np.full((G, i1 - i0, 1), -np.inf, dtype=dtype)  # running row max
             l = np.zeros_like(m)  # running row sum of exp(S_ij - m)
@@ -234,9 +235,9 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
     def rows_of_head(idx, c, n):
         """Row blocks c, c + n, c + 2n, ... of one key/value head through the fast path (interleaved, so that causal
         work is shared evenly), with one copy of its keys and values with a column of ones for all of them."""
-        K1, V1T = with_ones(k[idx]), with_ones(v[idx]).T.copy()
+        K1, V1 = with_ones(k[idx]), with_ones(v[idx])
         for i0 in range(c * Br, T, n * Br):
-            row_block(idx, i0, min(i0 + Br, T), K1, V1T)
+            row_block(idx, i0, min(i0 + Br, T), K1, V1)
 
     # which tiles of the (T, S) grid were computed for at least one head: one byte a tile, only when asked for
     visited = np.zeros((-(-T // Br), -(-S // Bc)), dtype=bool) if return_stats else None
@@ -281,15 +282,16 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
 # with no allowed key.
 
 
-def _lazy_online_softmax(Q_i, K1, V1T, tiles, Bc: int):
-    """The online softmax of one block of query rows ``Q_i (G, Br, D)`` (already scaled) over the key tiles ``(j0, j1,
-    allowed)`` of ``K1 = [K, 1] (S, D + 1)`` and ``V1T = [V, 1]ᵀ (Dv + 1, S)``: ``c, l, acc`` with ``out = acc / l`` and
-    ``L = c + log(l)``, as the textbook loop's ``m, l, acc``. A row that saw no allowed key has ``l = 0``."""
+def _lazy_online_softmax(Q_i, scale, K1, V1, tiles, Bc: int):
+    """The online softmax of one block of query rows ``Q_i (G, Br, D)``, scaled by ``scale`` (a scalar of the compute
+    dtype), over the key tiles ``(j0, j1, allowed)`` of ``K1 = [K, 1] (S, D + 1)`` and ``V1 = [V, 1] (S, Dv + 1)``:
+    ``c, l, acc`` with ``out = acc / l`` and ``L = c + log(l)``, as the textbook loop's ``m, l, acc``. A row that saw no
+    allowed key has ``l = 0``."""
     G, n, D = Q_i.shape
-    Dv = V1T.shape[0] - 1
-    dtype = Q_i.dtype
-    QcT = np.empty((D + 1, G * n), dtype=dtype)  # [Q_i, -c]ᵀ, the G heads' rows side by side
-    QcT[:D] = Q_i.transpose(2, 0, 1).reshape(D, G * n)
+    Dv = V1.shape[1] - 1
+    dtype = K1.dtype
+    QcT = np.empty((D + 1, G * n), dtype=dtype)  # [Q_i · scale, -c]ᵀ, the G heads' rows side by side
+    np.multiply(Q_i.transpose(2, 0, 1), scale, out=QcT[:D].reshape(D, G, n))  # one pass: transposed and scaled
     QcT[D] = 0
     minus_c = QcT[D]  # (G·Br,), a view: moving c changes the next matmul
     accT = np.zeros((Dv + 1, G * n), dtype=dtype)  # [unnormalised output, l]ᵀ
@@ -306,7 +308,7 @@ def _lazy_online_softmax(Q_i, K1, V1T, tiles, Bc: int):
         S_c = scores(j0, j1, allowed)
         if all_seen:  # every row has its c: no maximum, unless a row sum shows that some row's weights outgrew it
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow only sends this tile round again
-                part = V1T[:, j0:j1] @ np.exp(S_c, out=S_c)  # [P V_j, rowsum(P)]ᵀ  (Dv + 1, G·Br)
+                part = V1[j0:j1].T @ np.exp(S_c, out=S_c)  # [P V_j, rowsum(P)]ᵀ  (Dv + 1, G·Br)
             if (part[Dv] <= (j1 - j0) * np.exp(RESCALE_THRESHOLD)).all():  # False for inf or NaN too
                 accT += part
                 continue
@@ -329,5 +331,5 @@ def _lazy_online_softmax(Q_i, K1, V1T, tiles, Bc: int):
             S_c[:, r] -= shift
             accT[:, r] *= np.exp(np.minimum(-shift, 0))
             minus_c[r] -= shift
-        accT += V1T[:, j0:j1] @ np.exp(S_c, out=S_c)  # [acc, l]ᵀ += [P V_j, rowsum(P)]ᵀ
+        accT += V1[j0:j1].T @ np.exp(S_c, out=S_c)  # [acc, l]ᵀ += [P V_j, rowsum(P)]ᵀ
     return -minus_c.reshape(G, n, 1), accT[Dv].reshape(G, n, 1), accT[:Dv].T.reshape(G, n, Dv)
