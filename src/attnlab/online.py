@@ -226,7 +226,7 @@ def tiled_attention(q, k, v, mask=None, *, causal: bool = False, scale=None, Br:
                 m = m_new
         dead = l == 0  # rows with no allowed key
         l[dead] = 1  # 0 / 1 = 0
-        out[idx][:, i0:i1] = acc / l  # out_i = acc / l
+        np.divide(acc, l, out=out[idx][:, i0:i1])  # out_i = acc / l
         if lse is not None:
             L = lse[idx][:, i0:i1]  # (G, Br, 1)
             np.add(m, np.log(l), out=L)  # L_i = m + log(l)
