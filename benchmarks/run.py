@@ -8,7 +8,11 @@ machine's float32 matmul rate and its `np.exp` rate per core, and reports each t
     floor = (the two matmuls, 4·H·S²·D FLOPs, at the measured matmul rate) + (H·S² exps spread over all cores).
 
 Both rates are measured again before and after each contender's runs, and its time is divided by the floor measured
-around it, so that a shared machine whose speed drifts slows both alike (`Floor`, `in_block`).
+around it, so that a shared machine whose speed drifts slows both alike (`Floor`, `in_block`). Both sides of the ratio
+are the same statistic, the fastest of several runs: a reading of the floor is the fastest of its runs, and x floor
+divides a contender's fastest run by it. Other tenants of a shared machine only ever slow a run, so the fastest run
+is the closest to what the code itself costs; the median, which adds whatever the neighbours did during the runs, is
+reported beside it (`x floor (median)`).
 
 If PyTorch is installed, `torch.nn.functional.scaled_dot_product_attention` on the CPU is measured as a peer.
 
@@ -78,15 +82,17 @@ class Floor:
     core), measured once more before and after every contender's timings.
 
     A shared machine's speed drifts by tens of percent within a minute (measured here: the 4096 x 4096 matmul took
-    between 128 and 184 GFLOP/s in twenty runs back to back), so each contender's times are divided by the floor
+    between 104 and 196 GFLOP/s in twenty runs back to back), so each contender's times are divided by the floor
     measured around them (``in_block``). ``np.exp`` is measured before the matmul, and 0.5 s after anything else:
     OpenBLAS's threads keep polling for work for a while after a multi-threaded sgemm before they sleep (its
-    THREAD_TIMEOUT), and anything measured then shares the cores with them (measured here: np.exp at 0.42-0.44 G
-    exps/s right after the sgemm, 0.61-0.64 alone). The operands are made once: a reading allocates nothing.
+    THREAD_TIMEOUT), and anything run then shares the cores with them (measured here: tiled_attention at S = 4096 took
+    0.34-0.39 s right after the sgemm, 0.30-0.33 s 0.3 s later). A reading is the fastest of ``READING_RUNS`` runs of
+    each. The operands are made once: a reading allocates nothing.
     """
 
     N = 4096  # the matmul is N x N by N x N
     EXP_LOOPS = 256  # np.exp over 2^16 cache-resident floats, this many times
+    READING_RUNS = 3
 
     def __init__(self, repeats: int):
         rng = np.random.default_rng(0)
@@ -109,10 +115,11 @@ class Floor:
         return self.x.size * self.EXP_LOOPS / median_time(run, repeats, best)
 
     def measure(self) -> tuple[float, float]:
-        """One more reading of both rates, each the faster of two runs: (matmul FLOP/s, exps per second per core)."""
+        """One more reading of both rates, each the fastest of ``READING_RUNS`` runs: (matmul FLOP/s, exps per second
+        per core)."""
         time.sleep(0.5)
-        self.exp_rates.append(self.exp_rate_per_core(1, best=True))
-        self.mm_rates.append(self.matmul_rate(1, best=True))
+        self.exp_rates.append(self.exp_rate_per_core(self.READING_RUNS, best=True))
+        self.mm_rates.append(self.matmul_rate(self.READING_RUNS, best=True))
         time.sleep(0.5)
         return self.mm_rates[-1], self.exp_rates[-1]
 
@@ -138,7 +145,8 @@ def in_block(floor: Floor, contenders: dict, repeats: int) -> dict:
     A block's runs follow each other closely, as a learner's calls do: in a virtual machine, memory freed and left
     unused for a couple of seconds can be handed back to the host, and then costs a page fault per page again (measured
     here: attention at S = 4096, which allocates 512 MiB, took 0.45-0.50 s back to back but 0.86-1.18 s, most of it
-    system time, when each call followed a reading of the floor).
+    system time, when each call followed a reading of the floor; with a reading of one matmul and a 0.3 s pause before
+    each call, a median of 0.78-0.79 s).
     """
     before = floor.measure()
     for fn in contenders.values():
@@ -155,10 +163,12 @@ def in_block(floor: Floor, contenders: dict, repeats: int) -> dict:
 
 
 def timing(run: tuple, flops: float, exps: float) -> dict:
-    """A contender's median time and its multiple of the floor measured around it (``in_block``)."""
+    """A contender's median and fastest time, and each as a multiple of the floor measured around it (``in_block``):
+    ``x_floor`` is the fastest run's, the same statistic as the floor's readings; ``x_floor_median`` the median's."""
     times, rates = run
-    seconds, floor = statistics.median(times), Floor.seconds(flops, exps, rates)
-    return {"seconds": seconds, "gflops": flops / seconds / 1e9, "floor_seconds": floor, "x_floor": seconds / floor}
+    seconds, best, floor = statistics.median(times), min(times), Floor.seconds(flops, exps, rates)
+    return {"seconds": seconds, "best_seconds": best, "gflops": flops / seconds / 1e9, "floor_seconds": floor,
+            "x_floor": best / floor, "x_floor_median": seconds / floor}
 
 
 def torch_sdpa():
@@ -199,7 +209,8 @@ def bench_attention(sizes, repeats: int, floor: Floor) -> list[dict]:
             row = {"S": S, "implementation": name, **timing(run, flops, H * S * S), "peak_bytes": peak,
                    "max_error": error}
             rows.append(row)
-            print(f"  S={S:<5} {name:<58} {row['seconds']:8.3f} s  {row['x_floor']:5.2f}x floor", flush=True)
+            print(f"  S={S:<5} {name:<58} {row['best_seconds']:8.3f} s  {row['x_floor']:5.2f}x floor (median "
+                  f"{row['seconds']:.3f} s, {row['x_floor_median']:.2f}x)", flush=True)
     return rows
 
 
@@ -402,16 +413,16 @@ def measure_kernels(args) -> list[dict]:
 def x_floor_table(title: str, kernels: list[dict], part: str) -> None:
     """One line per size and contender: time and x floor under each kernel type, side by side."""
     names = [f"{k['kernel']} ({k['coretype'].split()[0]})" for k in kernels]
-    header = f"{'S':>5}  {title:<58}" + "".join(f" {n[:24]:>24}" for n in names)
+    header = f"{'S':>5}  {title:<58}" + "".join(f" {n[:26]:>26}" for n in names)
     print(header)
-    print(f"{'':>5}  {'':<58}" + "".join(f" {'time s':>13} {'x floor':>10}" for _ in names))
+    print(f"{'':>5}  {'':<58}" + "".join(f" {'fastest s':>9} {'x floor':>7} {'(median)':>8}" for _ in names))
     print("-" * len(header))
     first = kernels[0][part]
     for i, r in enumerate(first):
         cells = ""
         for k in kernels:
             o = next((x for x in k[part] if x["S"] == r["S"] and x["implementation"] == r["implementation"]), None)
-            cells += f" {o['seconds']:13.3f} {o['x_floor']:10.2f}" if o else f" {'':>24}"
+            cells += f" {o['best_seconds']:9.3f} {o['x_floor']:7.2f} {o['x_floor_median']:8.2f}" if o else f" {'':>26}"
         print(f"{r['S']:>5}  {r['implementation']:<58}{cells}")
 
 
@@ -423,7 +434,7 @@ def floor_targets(kernels, S: int = 4096) -> list[tuple[str, bool, str]]:
             r = next((r for r in k[part] if r["S"] == S and r["implementation"].startswith("attnlab.tiled")), None)
             if r:
                 out.append((f"{what} <= 1.2x floor at S={S}, {k['kernel']} ({k['coretype']})", r["x_floor"] <= 1.2,
-                            f"{r['x_floor']:.2f}x"))
+                            f"{r['x_floor']:.2f}x (median run: {r['x_floor_median']:.2f}x)"))
     return out
 
 
@@ -431,7 +442,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # nargs="*": a child measuring one size gets an empty list for the part that does not measure it
     parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--backward-sizes", type=int, nargs="*", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--plain-backward-max", type=int, default=4096,
                         help="largest S for attention_backward, which holds H*S*S weights (2 GiB at S=8192)")
@@ -458,22 +469,24 @@ def main(argv=None) -> int:
     notebooks = None if args.skip_notebooks else (print("notebooks:") or bench_notebooks())
 
     print()
-    header = f"{'S':>5}  {'implementation':<58} {'time s':>8} {'GFLOP/s':>8} {'x floor':>8} {'peak MiB':>9} {'max err':>9}"
+    header = (f"{'S':>5}  {'implementation':<58} {'median s':>8} {'fastest':>8} {'GFLOP/s':>8} {'x floor':>8} "
+              f"{'(median)':>8} {'peak MiB':>9} {'max err':>9}")
     print(header)
     print("-" * len(header))
     for r in rows:
         peak = "n/a" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.1f}"
-        print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
-              f"{peak:>9} {r['max_error']:9.1e}")
+        print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['best_seconds']:8.3f} {r['gflops']:8.1f} "
+              f"{r['x_floor']:8.2f} {r['x_floor_median']:8.2f} {peak:>9} {r['max_error']:9.1e}")
     print()
-    header = (f"{'S':>5}  {'backward':<58} {'time s':>8} {'GFLOP/s':>8} {'x floor':>8} {'x fwd':>6} {'peak MiB':>9} "
-              f"{'max err':>9} {'rel err':>9}")
+    header = (f"{'S':>5}  {'backward':<58} {'median s':>8} {'fastest':>8} {'GFLOP/s':>8} {'x floor':>8} {'(median)':>8} "
+              f"{'x fwd':>6} {'peak MiB':>9} {'max err':>9} {'rel err':>9}")
     print(header)
     print("-" * len(header))
     for r in backward:
         x_fwd = "" if r["x_forward"] is None else f"{r['x_forward']:.2f}"
-        print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['gflops']:8.1f} {r['x_floor']:8.2f} "
-              f"{x_fwd:>6} {r['peak_bytes'] / 2**20:9.1f} {r['max_error']:9.1e} {r['max_relative_error']:9.1e}")
+        print(f"{r['S']:>5}  {r['implementation']:<58} {r['seconds']:8.3f} {r['best_seconds']:8.3f} {r['gflops']:8.1f} "
+              f"{r['x_floor']:8.2f} {r['x_floor_median']:8.2f} {x_fwd:>6} {r['peak_bytes'] / 2**20:9.1f} "
+              f"{r['max_error']:9.1e} {r['max_relative_error']:9.1e}")
     for k in kernels:
         lo, hi = k["matmul_gflops_range"]
         print(f"\n{k['kernel']} ({k['coretype']}): float32 matmul {k['matmul_gflops']:.1f} GFLOP/s (all cores; "
